@@ -1,0 +1,7 @@
+"""shimkit's built-in op plugins, written with exactly the hooks a third party uses.
+
+Each module in :data:`BUILTIN_MODULES` is registered as a plugin by the registry; block one with
+``SHIMKIT_BLOCK_PLUGINS=<module>`` like any other plugin.
+"""
+
+BUILTIN_MODULES = ()

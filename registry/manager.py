@@ -1,0 +1,242 @@
+"""Plugin discovery and collection: built-ins, entry points and explicit registration.
+
+Environment (read when a registry is created, in the manner of pytest and llm):
+
+``SHIMKIT_DISABLE_PLUGIN_AUTOLOAD=1``
+    Do not load third-party entry points (group ``shimkit``); built-ins and plugins registered from code
+    still load.
+``SHIMKIT_BLOCK_PLUGINS=a,b``
+    Block by name: an entry point, a built-in module (``mm``), an op plugin or a pass. Blocked entry
+    points are not even imported. Blocked records stay visible (``shimkit plugins`` shows them) so the
+    audit can point at a blocked plugin that would fix a missing kernel.
+``SHIMKIT_ALLOW_PLUGINS=a,b``
+    Load only these third-party entry points; the others are listed as not allowed and not imported.
+``SHIMKIT_STRICT_PLUGINS=1``
+    A plugin that fails to import, whose hook raises, or that yields a malformed record raises
+    :class:`~shimkit.registry.errors.PluginLoadError` instead of being reported and skipped.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import traceback
+import warnings
+from dataclasses import dataclass
+from importlib import metadata
+from types import ModuleType
+from typing import Any, Iterable, Mapping
+
+import pluggy
+
+from shimkit.registry import hookspecs
+from shimkit.registry.errors import InvalidPluginRecord, PluginLoadError, ShimkitPluginError
+from shimkit.registry.records import OpPlugin, PassSpec
+
+ENTRY_POINT_GROUP = "shimkit"
+BUILTIN_PACKAGE = "shimkit.plugins"
+
+
+def _env_list(env: Mapping[str, str], key: str) -> frozenset[str] | None:
+    raw = env.get(key)
+    if raw is None:
+        return None
+    return frozenset(item.strip() for item in raw.split(",") if item.strip())
+
+
+@dataclass(frozen=True)
+class PluginSource:
+    """Where a plugin came from: ``kind`` is ``builtin``, ``entry_point`` or ``code``."""
+
+    kind: str
+    name: str
+    module: str
+    distribution: str | None = None
+
+    def describe(self) -> str:
+        if self.kind == "entry_point":
+            return f"entry point {self.name!r} ({self.module}, from {self.distribution})"
+        if self.kind == "builtin":
+            return f"built-in {self.name!r} ({self.module})"
+        return f"registered from code {self.name!r} ({self.module})"
+
+
+@dataclass(frozen=True)
+class PluginProblem:
+    """A plugin that was reported and skipped. ``stage``: import, hook, record, not-allowed."""
+
+    source: PluginSource
+    stage: str
+    message: str
+
+    def describe(self) -> str:
+        return f"{self.source.describe()}: {self.stage}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A record together with the plugin that produced it and whether blocking disabled it."""
+
+    record: OpPlugin | PassSpec
+    source: PluginSource
+    blocked: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+
+class PluginRegistry:
+    """Discovers shimkit plugins and collects their records.
+
+    >>> registry = PluginRegistry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    >>> sorted(p.name for p in registry.op_plugins())[:3]
+    ['addmm', 'bmm', 'convolution']
+
+    ``env`` defaults to ``os.environ``; tests pass their own mapping instead of mutating the process.
+    """
+
+    def __init__(self, env: Mapping[str, str] | None = None, *, load: bool = True) -> None:
+        env = os.environ if env is None else env
+        self.autoload = env.get("SHIMKIT_DISABLE_PLUGIN_AUTOLOAD", "") not in ("1", "true", "yes")
+        self.blocked_names = _env_list(env, "SHIMKIT_BLOCK_PLUGINS") or frozenset()
+        self.allowed_entry_points = _env_list(env, "SHIMKIT_ALLOW_PLUGINS")
+        self.strict = env.get("SHIMKIT_STRICT_PLUGINS", "") in ("1", "true", "yes")
+        self._manager = pluggy.PluginManager(hookspecs.PROJECT)
+        self._manager.add_hookspecs(hookspecs)
+        self._sources: dict[str, PluginSource] = {}
+        self._problems: list[PluginProblem] = []
+        self._records: tuple[list[Registered], list[Registered]] | None = None
+        if load:
+            self._load_builtins()
+            if self.autoload:
+                self._load_entry_points()
+
+    # -- discovery -------------------------------------------------------------------------------
+    def _load_builtins(self) -> None:
+        from shimkit.plugins import BUILTIN_MODULES
+
+        for short_name in BUILTIN_MODULES:
+            module_name = f"{BUILTIN_PACKAGE}.{short_name}"
+            # Blocked built-ins still load: their records stay visible, marked blocked.
+            self._load_module(module_name, PluginSource("builtin", short_name, module_name))
+
+    def _load_entry_points(self) -> None:
+        for entry_point in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+            distribution = getattr(getattr(entry_point, "dist", None), "name", None)
+            source = PluginSource("entry_point", entry_point.name, entry_point.value, distribution)
+            if entry_point.name in self.blocked_names:
+                self._manager.set_blocked(entry_point.name)
+                self._sources[entry_point.name] = source
+                continue
+            if self.allowed_entry_points is not None and entry_point.name not in self.allowed_entry_points:
+                self._problems.append(PluginProblem(source, "not-allowed",
+                                                    "not listed in SHIMKIT_ALLOW_PLUGINS; not imported"))
+                continue
+            try:
+                plugin = entry_point.load()
+            except Exception as error:  # a broken third-party import must not take shimkit down
+                self._report(source, "import", error)
+                continue
+            self._register(plugin, entry_point.name, source)
+
+    def _load_module(self, module_name: str, source: PluginSource) -> None:
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as error:
+            self._report(source, "import", error)
+            return
+        self._register(module, module_name, source)
+
+    def _register(self, plugin: Any, name: str, source: PluginSource) -> None:
+        try:
+            self._manager.register(plugin, name=name)
+        except Exception as error:  # pluggy rejects unknown hooks or bad signatures here
+            self._report(source, "import", error)
+            return
+        self._sources[name] = source
+        self._records = None
+
+    def register(self, plugin: ModuleType | object, name: str | None = None) -> str:
+        """Register a plugin object or module from code; returns the name it is registered under."""
+        name = name or getattr(plugin, "__name__", None) or f"{type(plugin).__name__}-{id(plugin):x}"
+        module = getattr(plugin, "__name__", type(plugin).__module__)
+        if self._manager.get_plugin(name) is not None:
+            raise ShimkitPluginError(f"a plugin named {name!r} is already registered "
+                                     f"({self._sources[name].describe()})")
+        self._register(plugin, name, PluginSource("code", name, module))
+        return name
+
+    def unregister(self, name: str) -> None:
+        """Remove a plugin registered under ``name``."""
+        if self._manager.get_plugin(name) is None:
+            raise KeyError(f"no plugin registered as {name!r}")
+        self._manager.unregister(name=name)
+        del self._sources[name]
+        self._records = None
+
+    def _report(self, source: PluginSource, stage: str, error: BaseException | str) -> None:
+        if isinstance(error, BaseException):
+            frame = traceback.extract_tb(error.__traceback__)[-1:] if error.__traceback__ else []
+            where = f" (at {frame[0].filename}:{frame[0].lineno})" if frame else ""
+            message = f"{type(error).__name__}: {error}{where}"
+        else:
+            message = error
+        problem = PluginProblem(source, stage, message)
+        if self.strict:
+            raise PluginLoadError(problem.describe() + " [SHIMKIT_STRICT_PLUGINS=1]") from (
+                error if isinstance(error, BaseException) else None)
+        warnings.warn(f"shimkit: skipping plugin: {problem.describe()}", stacklevel=3)
+        self._problems.append(problem)
+
+    # -- collection ------------------------------------------------------------------------------
+    def _collect(self) -> tuple[list[Registered], list[Registered]]:
+        if self._records is not None:
+            return self._records
+        op_plugins = self._call_hook("shimkit_op_plugins", OpPlugin)
+        passes = self._call_hook("shimkit_passes", PassSpec)
+        self._records = (op_plugins, passes)
+        return self._records
+
+    def _call_hook(self, hook_name: str, record_type: type) -> list[Registered]:
+        collected: list[Registered] = []
+        # Call each implementation on its own so one plugin's failure is attributed and contained.
+        for impl in reversed(getattr(self._manager.hook, hook_name).get_hookimpls()):
+            source = self._sources[impl.plugin_name]
+            try:
+                produced = impl.function()
+                records = list(produced) if produced is not None else []
+            except Exception as error:
+                self._report(source, "hook", error)
+                continue
+            bad = [r for r in records if not isinstance(r, record_type)]
+            if bad:
+                self._report(source, "record", InvalidPluginRecord(
+                    f"{hook_name} must yield {record_type.__name__} records, got "
+                    f"{', '.join(sorted({type(r).__name__ for r in bad}))}"))
+                continue
+            for record in records:
+                blocked = source.name in self.blocked_names or record.name in self.blocked_names
+                collected.append(Registered(record, source, blocked))
+        return collected
+
+    @property
+    def problems(self) -> tuple[PluginProblem, ...]:
+        """Plugins reported and skipped (import, hook or record errors; not-allowed entry points)."""
+        self._collect()
+        return tuple(self._problems)
+
+    def op_plugins(self, include_blocked: bool = False) -> list[Registered]:
+        return [r for r in self._collect()[0] if include_blocked or not r.blocked]
+
+    def pass_specs(self, include_blocked: bool = False) -> list[Registered]:
+        return [r for r in self._collect()[1] if include_blocked or not r.blocked]
+
+    def blocked_sources(self) -> list[PluginSource]:
+        return [s for n, s in self._sources.items() if s.name in self.blocked_names]
+
+    def backend_config(self, device: str):
+        """Derive the backend configuration for ``device`` from the active plugins."""
+        from shimkit.registry.derive import derive_backend_config
+
+        return derive_backend_config(self, device)

@@ -1,0 +1,220 @@
+"""The small, frozen records that plugins hand to the registry.
+
+A record validates itself on construction, so a malformed one is rejected at the plugin that made it
+(the registry reports that plugin by name) rather than deep inside a lowering.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from shimkit.registry.errors import InvalidPluginRecord, UnknownOpError
+from shimkit.registry.ops import canonical_op_name
+
+_C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PLUGIN_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+DEVICES = ("mps", "cuda")
+STAGES = ("graph", "post_grad")
+
+
+def _fail(record: str, name: str, message: str) -> None:
+    raise InvalidPluginRecord(f"{record} {name!r}: {message}")
+
+
+def _op(record: str, name: str, op: Any) -> str:
+    try:
+        return canonical_op_name(op)
+    except UnknownOpError as error:
+        raise InvalidPluginRecord(f"{record} {name!r}: {error}") from None
+
+
+def _op_mapping(record: str, name: str, label: str, value: Mapping[Any, Any]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        _fail(record, name, f"{label} must be a mapping from op to value, got {type(value).__name__}")
+    out = {}
+    for op, item in value.items():
+        if not callable(item) and label != "eliminated_by":
+            _fail(record, name, f"{label}[{op!r}] must be callable, got {type(item).__name__}")
+        out[_op(record, name, op)] = item
+    return MappingProxyType(out)
+
+
+@dataclass(frozen=True)
+class Shim:
+    """How one op runs on one device: a C symbol the runtime resolves, with its kernel.
+
+    ``symbol`` is the C function (``aoti_torch_{device}_{op}``); ``recorded_names`` are the other names
+    Inductor records for the same call (``at::_ops::topk::call``, a custom op's schema name such as
+    ``metal::gather_qmv``). Exactly one of ``sources`` (kernel files the runtime build compiles) and
+    ``provided_by_runtime`` (the stock runtime already implements it) says where the kernel lives.
+    ``c_prototype`` is required for custom (non-ATen) ops: it is what
+    ``aot_inductor.custom_ops_to_c_shims`` needs to emit the call.
+
+    >>> Shim(op="aten::mm", device="mps", symbol="aoti_torch_mps_mm_out", provided_by_runtime=True)
+    Shim(op='aten::mm.default', device='mps', symbol='aoti_torch_mps_mm_out', ...)
+    """
+
+    op: str
+    device: str
+    symbol: str
+    recorded_names: tuple[str, ...] = ()
+    c_prototype: str | None = None
+    sources: tuple[str, ...] = ()
+    provided_by_runtime: bool = False
+
+    def __post_init__(self) -> None:
+        label = self.symbol if isinstance(self.symbol, str) else repr(self.symbol)
+        object.__setattr__(self, "op", _op("Shim", label, self.op))
+        if self.device not in DEVICES:
+            _fail("Shim", label, f"device must be one of {DEVICES}, got {self.device!r}")
+        if not isinstance(self.symbol, str) or not _C_IDENTIFIER.match(self.symbol):
+            _fail("Shim", label, "symbol must be a C identifier")
+        object.__setattr__(self, "recorded_names", tuple(self.recorded_names))
+        if not all(isinstance(n, str) and n for n in self.recorded_names):
+            _fail("Shim", label, "recorded_names must be non-empty strings")
+        object.__setattr__(self, "sources", tuple(str(Path(s)) for s in self.sources))
+        if bool(self.sources) == bool(self.provided_by_runtime):
+            _fail("Shim", label, "give kernel `sources` or set `provided_by_runtime=True` (exactly one)")
+        for source in self.sources:
+            if not Path(source).is_absolute():
+                _fail("Shim", label, f"kernel source {source!r} must be an absolute path")
+        if self.c_prototype is not None:
+            proto = self.c_prototype.strip()
+            if not proto.startswith("AOTITorchError ") or f" {self.symbol}(" not in proto:
+                _fail("Shim", label, f"c_prototype must read 'AOTITorchError {self.symbol}(...)'")
+            if proto.endswith(";") or proto.startswith("extern"):
+                _fail("Shim", label, "c_prototype takes no 'extern' and no trailing ';'")
+            object.__setattr__(self, "c_prototype", proto)
+        elif not self.op.startswith(("aten::", "prims::")):
+            _fail("Shim", label, f"custom op {self.op} needs a c_prototype for custom_ops_to_c_shims")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name Inductor may record for this shim, the C symbol first."""
+        return (self.symbol, *self.recorded_names)
+
+    def __repr__(self) -> str:
+        return (f"Shim(op={self.op!r}, device={self.device!r}, symbol={self.symbol!r}, ...)")
+
+
+@dataclass(frozen=True)
+class OpPlugin:
+    """What one plugin knows about a family of ops.
+
+    Every op in ``ops`` must be handled somehow: by a ``Shim`` on some device, by a decomposition
+    (applied on devices that have no shim for the op), or by a pass named in ``eliminated_by`` that
+    removes the op before Inductor sees it. ``references`` (eager implementations) and
+    ``input_strategies`` (callables returning hypothesis strategies of argument tuples) feed the tests.
+    ``priority`` settles a clash over the same (op, device): the higher one wins; equal priorities are a
+    :class:`~shimkit.registry.errors.PluginConflictError`.
+
+    >>> import torch
+    >>> OpPlugin(
+    ...     name="addmm",
+    ...     ops=(torch.ops.aten.addmm.default,),
+    ...     decompositions={torch.ops.aten.addmm.default: lambda s, a, b, beta=1, alpha=1: ...},
+    ...     doc="addmm as mm plus a scaled add where the device has no addmm shim.",
+    ... ).ops
+    ('aten::addmm.default',)
+    """
+
+    name: str
+    ops: tuple[str, ...]
+    shims: tuple[Shim, ...] = ()
+    decompositions: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    eliminated_by: Mapping[str, str] = field(default_factory=dict)
+    references: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    input_strategies: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    priority: int = 0
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        name = self.name
+        if not isinstance(name, str) or not _PLUGIN_NAME.match(name):
+            _fail("OpPlugin", str(name), "name must match [a-z0-9][a-z0-9_.-]*")
+        if isinstance(self.ops, (str, bytes)) or not self.ops:
+            _fail("OpPlugin", name, "ops must be a non-empty sequence of operators")
+        ops = tuple(dict.fromkeys(_op("OpPlugin", name, op) for op in self.ops))
+        object.__setattr__(self, "ops", ops)
+        shims = tuple(self.shims)
+        for shim in shims:
+            if not isinstance(shim, Shim):
+                _fail("OpPlugin", name, f"shims must hold Shim records, got {type(shim).__name__}")
+            if shim.op not in ops:
+                _fail("OpPlugin", name, f"shim {shim.symbol} is for {shim.op}, which is not in ops")
+        object.__setattr__(self, "shims", shims)
+        for label in ("decompositions", "references", "input_strategies", "eliminated_by"):
+            mapping = _op_mapping("OpPlugin", name, label, getattr(self, label))
+            stray = sorted(set(mapping) - set(ops))
+            if stray:
+                _fail("OpPlugin", name, f"{label} names ops not in ops: {', '.join(stray)}")
+            object.__setattr__(self, label, mapping)
+        for op, pass_name in self.eliminated_by.items():
+            if not isinstance(pass_name, str) or not pass_name:
+                _fail("OpPlugin", name, f"eliminated_by[{op}] must name a pass")
+        handled = {s.op for s in shims} | set(self.decompositions) | set(self.eliminated_by)
+        unhandled = [op for op in ops if op not in handled]
+        if unhandled:
+            _fail("OpPlugin", name, f"no shim, decomposition or eliminating pass for {', '.join(unhandled)}")
+        if not isinstance(self.priority, int):
+            _fail("OpPlugin", name, "priority must be an int")
+
+    def shims_for(self, device: str) -> tuple[Shim, ...]:
+        return tuple(s for s in self.shims if s.device == device)
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s.device for s in self.shims))
+
+
+@dataclass(frozen=True)
+class PassSpec:
+    """A graph pass a plugin contributes to backend pipelines.
+
+    ``factory(capabilities)`` builds the pass for one device; ``capabilities`` is a
+    :class:`~shimkit.registry.derive.DeviceCapabilities` saying which ops have shims and
+    decompositions there, so a pass can adapt (e.g. keep ``addmm`` where a shim exists).
+    ``stage="graph"`` passes run on the edge program before Inductor (they are the backend's custom
+    passes); ``stage="post_grad"`` ones run inside Inductor after its own post-grad patterns
+    (``post_grad_custom_post_pass``) and take a ``torch.fx.Graph``. ``after``/``before`` name other
+    passes of the same stage; a name that no active plugin provides is ignored.
+
+    >>> PassSpec(name="view_copy_to_view", factory=lambda caps: ..., devices=("mps",)).stage
+    'graph'
+    """
+
+    name: str
+    factory: Callable[[Any], Callable[..., Any]]
+    devices: tuple[str, ...] | None = None
+    after: tuple[str, ...] = ()
+    before: tuple[str, ...] = ()
+    stage: str = "graph"
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        name = self.name
+        if not isinstance(name, str) or not _PLUGIN_NAME.match(name):
+            _fail("PassSpec", str(name), "name must match [a-z0-9][a-z0-9_.-]*")
+        if not callable(self.factory):
+            _fail("PassSpec", name, "factory must be callable")
+        if self.stage not in STAGES:
+            _fail("PassSpec", name, f"stage must be one of {STAGES}, got {self.stage!r}")
+        if self.devices is not None:
+            object.__setattr__(self, "devices", tuple(self.devices))
+            for device in self.devices:
+                if device not in DEVICES:
+                    _fail("PassSpec", name, f"device must be one of {DEVICES}, got {device!r}")
+        for label in ("after", "before"):
+            value = getattr(self, label)
+            if isinstance(value, str):
+                _fail("PassSpec", name, f"{label} must be a tuple of pass names, not a string")
+            object.__setattr__(self, label, tuple(value))
+        if name in self.after or name in self.before:
+            _fail("PassSpec", name, "a pass cannot be ordered against itself")
+
+    def applies_to(self, device: str) -> bool:
+        return self.devices is None or device in self.devices

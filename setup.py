@@ -1,0 +1,83 @@
+"""Build and install shimkit.
+
+The top-level folders are the architecture (``registry/``, ``passes/``, ``plugins/``, ``audit/``,
+``csrc/``); this file maps each onto the one import namespace ``shimkit`` and compiles the pybind11
+extension ``shimkit._C`` from the portable sources in ``csrc/``. Objective-C++ (Metal) sources are
+compiled only on macOS.
+"""
+
+import sys
+from pathlib import Path
+
+from pybind11.setup_helpers import Pybind11Extension, build_ext
+from setuptools import find_packages, setup
+
+ROOT = Path(__file__).parent.resolve()
+
+# Folder on disk -> import name.
+NAMESPACE_MAP = {
+    "shimkit": "shimkit",
+    "registry": "shimkit.registry",
+    "passes": "shimkit.passes",
+    "plugins": "shimkit.plugins",
+    "audit": "shimkit.audit",
+    "csrc": "shimkit.csrc",
+}
+
+
+def _packages():
+    packages, package_dir = [], {}
+    for folder, name in NAMESPACE_MAP.items():
+        packages.append(name)
+        package_dir[name] = folder
+        for sub in find_packages(where=folder):
+            packages.append(f"{name}.{sub}")
+            package_dir[f"{name}.{sub}"] = f"{folder}/{sub.replace('.', '/')}"
+    return packages, package_dir
+
+
+def _extension():
+    portable = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.cpp"))
+    metal = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.mm"))
+    on_macos = sys.platform == "darwin"
+    sources = portable + (metal if on_macos else [])
+    macros = [("SHIMKIT_WITH_METAL", "1" if on_macos else "0")]
+    extra_link = ["-framework", "Metal", "-framework", "MetalPerformanceShadersGraph",
+                  "-framework", "Foundation"] if on_macos else []
+    return Pybind11Extension(
+        "shimkit._C",
+        sources,
+        include_dirs=[str(ROOT / "csrc" / "include")],
+        define_macros=macros,
+        extra_link_args=extra_link,
+        cxx_std=17,
+    )
+
+
+packages, package_dir = _packages()
+
+setup(
+    name="shimkit",
+    version="0.1.0",
+    description="Plugin-driven FX passes, C shims and lowering audits for AOTInductor ExecuTorch backends",
+    long_description=(ROOT / "README.md").read_text() if (ROOT / "README.md").exists() else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=packages,
+    package_dir=package_dir,
+    package_data={"shimkit.csrc": ["include/**/*.h", "**/*.cpp", "**/*.mm", "**/*.h"]},
+    include_package_data=True,
+    ext_modules=[_extension()],
+    cmdclass={"build_ext": build_ext},
+    install_requires=[
+        "torch>=2.13,<2.15",
+        "executorch>=1.5.1,<1.6",
+        "pluggy>=1.5",
+        "pybind11>=2.12",
+    ],
+    extras_require={"test": ["pytest>=8", "hypothesis>=6.100"]},
+    entry_points={
+        "console_scripts": ["shimkit=shimkit.cli:main"],
+    },
+    zip_safe=False,
+)
