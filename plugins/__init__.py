@@ -4,4 +4,14 @@ Each module in :data:`BUILTIN_MODULES` is registered as a plugin by the registry
 ``SHIMKIT_BLOCK_PLUGINS=<module>`` like any other plugin.
 """
 
-BUILTIN_MODULES = ()
+BUILTIN_MODULES = (
+    "mm",
+    "bmm",
+    "convolution",
+    "topk",
+    "sdpa",
+    "torchao_linear",
+    "metal_custom_ops",
+    "addmm",
+    "view_copy",
+)

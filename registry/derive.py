@@ -15,7 +15,7 @@ import torch
 
 from shimkit.registry.errors import PluginConflictError
 from shimkit.registry.manager import PluginRegistry, PluginSource, Registered
-from shimkit.registry.ops import canonical_op_name, resolve_op
+from shimkit.registry.ops import canonical_op_name, try_resolve_op
 from shimkit.registry.records import DEVICES, OpPlugin, PassSpec, Shim
 
 
@@ -213,14 +213,17 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
     capabilities = DeviceCapabilities(
         device, MappingProxyType(shims), MappingProxyType(decompositions), MappingProxyType(eliminations))
 
+    # Tables keyed by OpOverload leave out ops no loaded library defines: they cannot be in a graph.
     decomposition_table = {}
     for op, provision in decompositions.items():
-        if op not in shims:
-            decomposition_table[resolve_op(op)] = provision.decomposition
-    custom_c_shims = {
-        resolve_op(op): [p.shim.c_prototype]  # type: ignore[union-attr]
-        for op, p in shims.items() if p.shim.c_prototype  # type: ignore[union-attr]
-    }
+        overload = try_resolve_op(op)
+        if op not in shims and overload is not None:
+            decomposition_table[overload] = provision.decomposition
+    custom_c_shims = {}
+    for op, provision in shims.items():
+        overload = try_resolve_op(op)
+        if provision.shim.c_prototype and overload is not None:  # type: ignore[union-attr]
+            custom_c_shims[overload] = [provision.shim.c_prototype]  # type: ignore[union-attr]
 
     pass_entries = [p for p in registry.pass_specs() if p.record.applies_to(device)]  # type: ignore[union-attr]
     _check_unique_names(pass_entries, "passes")

@@ -201,7 +201,7 @@ class PluginRegistry:
     def _call_hook(self, hook_name: str, record_type: type) -> list[Registered]:
         collected: list[Registered] = []
         # Call each implementation on its own so one plugin's failure is attributed and contained.
-        for impl in reversed(getattr(self._manager.hook, hook_name).get_hookimpls()):
+        for impl in getattr(self._manager.hook, hook_name).get_hookimpls():
             source = self._sources[impl.plugin_name]
             try:
                 produced = impl.function()

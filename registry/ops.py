@@ -63,6 +63,18 @@ def resolve_op(name: str) -> torch._ops.OpOverload:
         ) from error
 
 
+def try_resolve_op(name: str) -> torch._ops.OpOverload | None:
+    """Like :func:`resolve_op`, but ``None`` for an op no loaded library defines.
+
+    Such an op cannot occur in any graph of this process (e.g. torchao's mps ops off macOS), so tables
+    keyed by ``OpOverload`` simply leave it out.
+    """
+    try:
+        return resolve_op(name)
+    except UnknownOpError:
+        return None
+
+
 def node_op_name(target: Any) -> str | None:
     """Canonical name of an FX ``call_function`` target, or ``None`` if it is not an operator."""
     try:

@@ -1,0 +1,19 @@
+"""``aten::convolution`` on mps: ``aoti_torch_mps_convolution``, from ExecuTorch's Metal runtime."""
+
+import torch
+
+from shimkit.registry import OpPlugin, Shim, hookimpl
+
+CONVOLUTION = "aten::convolution.default"
+
+
+@hookimpl
+def shimkit_op_plugins():
+    yield OpPlugin(
+        name="convolution",
+        ops=(CONVOLUTION,),
+        shims=(Shim(op=CONVOLUTION, device="mps", symbol="aoti_torch_mps_convolution",
+                    provided_by_runtime=True),),
+        references={CONVOLUTION: torch.ops.aten.convolution.default},
+        doc="1-D/2-D convolution (grouped and depthwise), provided by the stock Metal runtime.",
+    )

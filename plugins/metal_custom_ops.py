@@ -1,0 +1,33 @@
+"""ExecuTorch's own Metal custom ops: ``metal::gather_qmv`` and ``metal::gated_delta_rule``.
+
+Importing their upstream modules registers the ops with torch and gives the C prototypes, so the
+prototypes here always match the runtime ExecuTorch ships.
+"""
+
+from shimkit.registry import OpPlugin, Shim, canonical_op_name, hookimpl
+
+
+def _plugin(name: str, c_shim_table: dict, doc: str) -> OpPlugin:
+    ((op, prototypes),) = c_shim_table.items()
+    op_name = canonical_op_name(op)
+    schema_name = op_name.rsplit(".", 1)[0]
+    symbol = f"aoti_torch_mps_{schema_name.split('::')[1]}"
+    return OpPlugin(
+        name=name,
+        ops=(op,),
+        shims=(Shim(op=op, device="mps", symbol=symbol, recorded_names=(schema_name,),
+                    c_prototype=prototypes[0], provided_by_runtime=True),),
+        references={op: op},
+        doc=doc,
+    )
+
+
+@hookimpl
+def shimkit_op_plugins():
+    from executorch.backends.apple.metal.ops.gated_delta_rule import metal_gated_delta_rule_c_shim
+    from executorch.backends.apple.metal.ops.gather_qmv import metal_gather_qmv_c_shim
+
+    yield _plugin("gather-qmv", metal_gather_qmv_c_shim,
+                  "Expert-indexed INT4 quantized matmul for MoE (metal::gather_qmv).")
+    yield _plugin("gated-delta-rule", metal_gated_delta_rule_c_shim,
+                  "Gated delta-rule recurrence for linear attention (metal::gated_delta_rule).")

@@ -1,0 +1,5 @@
+import sys
+
+from shimkit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,140 @@
+"""The ``shimkit`` command line (also ``python -m shimkit``).
+
+``shimkit plugins``       list op plugins and passes with their source, ops, devices, shims and errors
+``shimkit config DEVICE`` show what the registry derives for a device (``--cmake`` for kernel sources)
+``shimkit audit``         predict Metal lowering on Linux (see docs/audit.md)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+PLUGINS_SCHEMA_VERSION = 1
+
+
+def _source_json(source) -> dict[str, Any]:
+    return {"kind": source.kind, "name": source.name, "module": source.module,
+            "distribution": source.distribution}
+
+
+def plugins_report(registry) -> dict[str, Any]:
+    """The ``shimkit plugins --json`` document (schema in docs/registry.md)."""
+    plugins = []
+    for entry in registry.op_plugins(include_blocked=True):
+        plugin = entry.record
+        plugins.append({
+            "name": plugin.name,
+            "source": _source_json(entry.source),
+            "blocked": entry.blocked,
+            "priority": plugin.priority,
+            "ops": list(plugin.ops),
+            "devices": list(plugin.devices),
+            "shims": [{"op": s.op, "device": s.device, "symbol": s.symbol,
+                       "recorded_names": list(s.recorded_names),
+                       "provided_by_runtime": s.provided_by_runtime, "sources": list(s.sources)}
+                      for s in plugin.shims],
+            "decompositions": sorted(plugin.decompositions),
+            "eliminated_by": dict(plugin.eliminated_by),
+            "doc": plugin.doc,
+        })
+    passes = [{"name": e.record.name, "source": _source_json(e.source), "blocked": e.blocked,
+               "stage": e.record.stage, "devices": list(e.record.devices) if e.record.devices else None,
+               "after": list(e.record.after), "before": list(e.record.before), "doc": e.record.doc}
+              for e in registry.pass_specs(include_blocked=True)]
+    problems = [{"source": _source_json(p.source), "stage": p.stage, "message": p.message}
+                for p in registry.problems]
+    return {"schema_version": PLUGINS_SCHEMA_VERSION, "plugins": plugins, "passes": passes,
+            "problems": problems}
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def _print_plugins(report: dict[str, Any]) -> None:
+    rows = []
+    for p in report["plugins"]:
+        how = [f"{s['device']}:{s['symbol']}" + ("" if s["provided_by_runtime"] else " (kernel)")
+               for s in p["shims"]]
+        how += [f"decomposes {op.split('::')[1]}" for op in p["decompositions"]]
+        if p["eliminated_by"]:
+            how.append(f"removed by {', '.join(sorted(set(p['eliminated_by'].values())))}")
+        source = p["source"]["name"] if p["source"]["kind"] == "builtin" else \
+            f"{p['source']['kind']}:{p['source']['name']}"
+        ops = p["ops"][0].split("::")[1] + (f" +{len(p['ops']) - 1}" if len(p["ops"]) > 1 else "")
+        rows.append([p["name"], source, "blocked" if p["blocked"] else "active", ops, "; ".join(how)])
+    print(_table(rows, ["plugin", "source", "status", "ops", "provides"]))
+    if report["passes"]:
+        print()
+        rows = [[p["name"], p["source"]["name"], p["stage"], ",".join(p["devices"] or ["all"]),
+                 "blocked" if p["blocked"] else "active"] for p in report["passes"]]
+        print(_table(rows, ["pass", "source", "stage", "devices", "status"]))
+    if report["problems"]:
+        print("\nplugins reported and skipped:")
+        for problem in report["problems"]:
+            print(f"  {problem['source']['kind']} {problem['source']['name']!r} "
+                  f"({problem['source']['module']}): {problem['stage']}: {problem['message']}")
+
+
+def _cmd_plugins(args: argparse.Namespace) -> int:
+    from shimkit.registry import get_registry
+
+    report = plugins_report(get_registry())
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        print()
+    else:
+        _print_plugins(report)
+    return 0
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    from shimkit.registry import backend_config
+
+    config = backend_config(args.device)
+    if args.cmake:
+        sys.stdout.write(config.cmake_snippet())
+        return 0
+    document = {
+        "device": config.device,
+        "fallback_kernels": list(config.fallback_kernels),
+        "decomposition_table": sorted(str(op) for op in config.decomposition_table),
+        "custom_c_shims": {str(op): protos for op, protos in config.custom_c_shims.items()},
+        "passes": list(config.pass_names),
+        "post_grad_passes": list(config.post_grad_pass_names),
+        "kernel_sources": list(config.kernel_sources),
+    }
+    json.dump(document, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shimkit", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    plugins = commands.add_parser("plugins", help="list op plugins, passes and plugin errors")
+    plugins.add_argument("--json", action="store_true", help="machine-readable output")
+    plugins.set_defaults(run=_cmd_plugins)
+
+    config = commands.add_parser("config", help="show the backend configuration derived for a device")
+    config.add_argument("device", choices=("mps", "cuda"))
+    config.add_argument("--cmake", action="store_true", help="print a CMake list of kernel sources")
+    config.set_defaults(run=_cmd_config)
+
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

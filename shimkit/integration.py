@@ -1,0 +1,124 @@
+"""Make a stock ExecuTorch AOTInductor backend take its configuration from the shimkit registry.
+
+``MetalBackend`` (and ``CudaBackend``) keep their names, so the delegate blob still names the backend
+the runtime knows; only the classmethods that upstream writes by hand are swapped, and swapped back on
+exit, also when lowering raises::
+
+    from executorch.backends.apple.metal.metal_backend import MetalBackend
+    from shimkit.integration import registry_backend
+
+    with registry_backend(MetalBackend):
+        program = to_edge_transform_and_lower(exported, partitioner=[MetalPartitioner(specs)])
+
+Patching a class is process-wide: do not lower with the same backend class from another thread while
+the block is active.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import types
+from typing import Any, Iterator
+
+from shimkit.registry import BackendConfig, backend_config
+
+PATCHED = (
+    "get_supported_fallback_kernels",
+    "get_decomposition_table",
+    "get_custom_passes",
+    "get_aoti_compile_options",
+)
+_TORCHAO_MPS_CSHIM = "torchao.experimental.ops.mps.cshim"
+
+
+def device_of(backend_cls: type) -> str:
+    """The registry device for an AOTI backend class (``MetalBackend`` compiles for ``mps``)."""
+    name = backend_cls.get_device_name()
+    return "mps" if name == "metal" else name
+
+
+@contextlib.contextmanager
+def _importable_torchao_mps_cshim() -> Iterator[None]:
+    """Let upstream's option builder import torchao's mps c-shim table off macOS.
+
+    The module loads torchao's macOS dylib at import; where that fails, an empty table stands in for
+    the call (the registry supplies the c-shims that matter), and the stand-in is removed afterwards.
+    """
+    try:
+        __import__(_TORCHAO_MPS_CSHIM)
+        yield
+        return
+    except (ImportError, RuntimeError, OSError):
+        pass
+    stand_in = types.ModuleType(_TORCHAO_MPS_CSHIM)
+    stand_in.torchao_op_c_shim = {}  # type: ignore[attr-defined]
+    previous = sys.modules.get(_TORCHAO_MPS_CSHIM)
+    sys.modules[_TORCHAO_MPS_CSHIM] = stand_in
+    try:
+        yield
+    finally:
+        if previous is None:
+            sys.modules.pop(_TORCHAO_MPS_CSHIM, None)
+        else:
+            sys.modules[_TORCHAO_MPS_CSHIM] = previous
+
+
+def _replacements(backend_cls: type, config: BackendConfig) -> dict[str, Any]:
+    original_options = backend_cls.get_aoti_compile_options
+
+    def get_supported_fallback_kernels(cls):
+        return dict(config.fallback_kernels)
+
+    def get_decomposition_table(cls):
+        return dict(config.decomposition_table)
+
+    def get_custom_passes(cls, compile_specs):
+        return list(config.passes)
+
+    def get_aoti_compile_options(cls, compile_specs):
+        with _importable_torchao_mps_cshim():
+            options = dict(original_options(compile_specs))
+        options.pop("aot_inductor.custom_ops_to_c_shims", None)
+        options.update(config.inductor_options())
+        return options
+
+    return {name: classmethod(fn) for name, fn in locals().items() if name in PATCHED}
+
+
+class Installation:
+    """A reversible patch of one backend class; :meth:`undo` restores exactly what was there."""
+
+    def __init__(self, backend_cls: type, config: BackendConfig) -> None:
+        self.backend_cls = backend_cls
+        self.config = config
+        self._saved = {name: backend_cls.__dict__.get(name) for name in PATCHED}
+        for name, replacement in _replacements(backend_cls, config).items():
+            setattr(backend_cls, name, replacement)
+        self.active = True
+
+    def undo(self) -> None:
+        if not self.active:
+            return
+        for name, saved in self._saved.items():
+            if saved is None:
+                delattr(self.backend_cls, name)
+            else:
+                setattr(self.backend_cls, name, saved)
+        self.active = False
+
+
+def install(backend_cls: type, config: BackendConfig | None = None) -> Installation:
+    """Patch ``backend_cls`` until ``.undo()``; ``config`` defaults to the registry's for its device."""
+    return Installation(backend_cls, config or backend_config(device_of(backend_cls)))
+
+
+@contextlib.contextmanager
+def registry_backend(backend_cls: type, config: BackendConfig | None = None) -> Iterator[BackendConfig]:
+    """Within the block, ``backend_cls`` takes fallback kernels, decompositions, c-shims and passes
+    from ``config`` (default: derived from the registry for the backend's device)."""
+    installation = install(backend_cls, config)
+    try:
+        yield installation.config
+    finally:
+        installation.undo()
