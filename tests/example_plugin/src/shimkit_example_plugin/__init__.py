@@ -1,0 +1,1 @@
+"""An example third-party shimkit plugin package (see plugin.py)."""

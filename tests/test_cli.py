@@ -1,0 +1,48 @@
+"""The ``shimkit`` console script, as a user runs it."""
+
+import json
+import os
+import subprocess
+import sys
+
+from pathlib import Path
+
+import pytest
+
+SHIMKIT = str(Path(sys.executable).with_name("shimkit"))  # the console script pip installed
+
+
+def run(*args, env=None):
+    return subprocess.run(args, capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          timeout=300)
+
+
+def test_plugins_json_lists_builtins_and_the_example_package():
+    result = run(SHIMKIT, "plugins", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["schema_version"] == 1
+    by_name = {p["name"]: p for p in report["plugins"]}
+    assert by_name["mm"]["source"]["kind"] == "builtin"
+    assert by_name["mm"]["shims"][0]["symbol"] == "aoti_torch_mps_mm_out"
+    assert by_name["example-logaddexp"]["source"]["distribution"] == "shimkit-example-plugin"
+    assert report["problems"] == []
+
+
+def test_plugins_table_via_python_dash_m_shows_blocked_plugins():
+    result = run(sys.executable, "-m", "shimkit", "plugins", env={"SHIMKIT_BLOCK_PLUGINS": "topk"})
+    assert result.returncode == 0, result.stderr
+    (line,) = [l for l in result.stdout.splitlines() if l.startswith("topk ")]
+    assert "blocked" in line
+
+
+def test_config_cmake_prints_a_cmake_list():
+    result = run(SHIMKIT, "config", "mps", "--cmake")
+    assert result.returncode == 0, result.stderr
+    assert "set(SHIMKIT_MPS_KERNEL_SOURCES" in result.stdout
+
+
+@pytest.mark.parametrize("argv", [[SHIMKIT], [SHIMKIT, "config", "tpu"]])
+def test_bad_usage_exits_2_with_a_message(argv):
+    result = run(*argv)
+    assert result.returncode == 2 and "usage: shimkit" in result.stderr

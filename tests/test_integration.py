@@ -1,0 +1,102 @@
+"""The stock ExecuTorch backends take their configuration from the registry, reversibly."""
+
+import pytest
+import torch
+from executorch.backends.aoti.aoti_backend import AotiBackend
+from executorch.backends.apple.metal.metal_backend import MetalBackend
+
+from registry_helpers import CLEAN_ENV
+from shimkit.integration import PATCHED, device_of, install, registry_backend
+from shimkit.registry import PluginRegistry, use_registry
+
+
+def originals(backend_cls):
+    return {name: backend_cls.__dict__.get(name) for name in PATCHED}
+
+
+@pytest.fixture
+def mps_config():
+    return PluginRegistry(env=CLEAN_ENV).backend_config("mps")
+
+
+def test_metal_backend_takes_the_registry_config(mps_config):
+    with registry_backend(MetalBackend, mps_config):
+        assert MetalBackend.get_supported_fallback_kernels() == dict(mps_config.fallback_kernels)
+        assert MetalBackend.get_decomposition_table() == dict(mps_config.decomposition_table)
+        assert MetalBackend.get_custom_passes([]) == list(mps_config.passes)
+        options = MetalBackend.get_aoti_compile_options([])
+        # upstream's own options survive; c-shims come from the registry only
+        assert options["aot_inductor.link_libtorch"] is False
+        assert options["aot_inductor.custom_ops_to_c_shims"] == dict(mps_config.custom_c_shims)
+
+
+def test_patch_is_undone_on_exit_and_on_error(mps_config):
+    before = originals(MetalBackend)
+    with pytest.raises(RuntimeError, match="lowering failed"):
+        with registry_backend(MetalBackend, mps_config):
+            assert originals(MetalBackend) != before
+            raise RuntimeError("lowering failed")
+    assert originals(MetalBackend) == before
+    assert "aoti_torch_mps_addmm_out" in MetalBackend.get_supported_fallback_kernels()
+
+
+def test_torchao_stand_in_does_not_outlive_the_call(mps_config):
+    import sys
+
+    with registry_backend(MetalBackend, mps_config):
+        MetalBackend.get_aoti_compile_options([])
+    cshim = sys.modules.get("torchao.experimental.ops.mps.cshim")
+    assert cshim is None or getattr(cshim, "__file__", None) is not None
+
+
+def test_install_undo_is_idempotent(mps_config):
+    before = originals(MetalBackend)
+    installation = install(MetalBackend, mps_config)
+    installation.undo()
+    installation.undo()
+    assert originals(MetalBackend) == before
+
+
+class CudaLikeBackend(AotiBackend):
+    """Stands in for CudaBackend, whose module needs triton (absent from a CPU-only install)."""
+
+    @classmethod
+    def get_device_name(cls):
+        return "cuda"
+
+    @classmethod
+    def get_supported_fallback_kernels(cls):
+        return {"aoti_torch_cuda_upstream_only": None}
+
+    @classmethod
+    def get_decomposition_table(cls):
+        return {}
+
+    @classmethod
+    def get_aoti_compile_options(cls, compile_specs):
+        return {"max_autotune": False}
+
+    @classmethod
+    def get_custom_passes(cls, compile_specs):
+        return ["upstream-pass"]
+
+
+def cuda_backends():
+    backends = [CudaLikeBackend]
+    try:
+        from executorch.backends.cuda.cuda_backend import CudaBackend
+    except ImportError:  # executorch's cuda backend imports triton at module level
+        return backends
+    return backends + [CudaBackend]
+
+
+@pytest.mark.parametrize("backend_cls", cuda_backends(), ids=lambda c: c.__name__)
+def test_cuda_backends_use_the_cuda_device(backend_cls):
+    assert device_of(backend_cls) == "cuda" and device_of(MetalBackend) == "mps"
+    before = originals(backend_cls)
+    with use_registry(env=CLEAN_ENV), registry_backend(backend_cls) as config:
+        assert config.device == "cuda"
+        assert backend_cls.get_supported_fallback_kernels() == {}
+        assert torch.ops.aten.addmm.default in backend_cls.get_decomposition_table()
+        assert backend_cls.get_custom_passes([]) == list(config.passes)
+    assert originals(backend_cls) == before

@@ -1,0 +1,168 @@
+"""What the registry derives for a backend, and how it settles conflicts."""
+
+import pytest
+import torch
+from executorch.backends.apple.metal.metal_backend import MetalBackend
+
+from registry_helpers import CLEAN_ENV
+from shimkit.registry import (
+    OpPlugin,
+    PassSpec,
+    PluginConflictError,
+    PluginRegistry,
+    Shim,
+    hookimpl,
+)
+
+
+class Records:
+    """A plugin object yielding the given op plugins and passes."""
+
+    def __init__(self, *records):
+        self.records = records
+
+    @hookimpl
+    def shimkit_op_plugins(self):
+        return [r for r in self.records if isinstance(r, OpPlugin)]
+
+    @hookimpl
+    def shimkit_passes(self):
+        return [r for r in self.records if isinstance(r, PassSpec)]
+
+
+def registry_with(*plugins):
+    registry = PluginRegistry(env=CLEAN_ENV)
+    for index, plugin in enumerate(plugins):
+        registry.register(plugin, name=f"test-plugin-{index}")
+    return registry
+
+
+def kernel_plugin(name, symbol="aoti_torch_mps_erfinv", op="aten::erfinv", priority=0, tmp="/tmp/k.mm"):
+    return OpPlugin(name=name, ops=(op,), priority=priority,
+                    shims=(Shim(op=op, device="mps", symbol=symbol, sources=(tmp,)),))
+
+
+def test_derived_fallback_kernels_cover_executorch_metal_backend():
+    config = PluginRegistry(env=CLEAN_ENV).backend_config("mps")
+    upstream = set(MetalBackend.get_supported_fallback_kernels())
+    assert upstream <= set(config.fallback_kernels)
+
+
+def test_decomposition_applies_only_where_no_shim():
+    erfinv_decomposition = lambda x: x  # noqa: E731
+    decomposing = OpPlugin(name="erfinv-decomp", ops=("aten::erfinv",),
+                           decompositions={"aten::erfinv": erfinv_decomposition})
+    registry = registry_with(Records(decomposing))
+    config = registry.backend_config("mps")
+    assert config.decomposition_table[torch.ops.aten.erfinv.default] is erfinv_decomposition
+    assert config.capabilities.decomposition("aten::erfinv") is erfinv_decomposition
+
+    registry = registry_with(Records(decomposing, kernel_plugin("erfinv-kernel")))
+    config = registry.backend_config("mps")
+    assert torch.ops.aten.erfinv.default not in config.decomposition_table
+    assert config.capabilities.decomposition("aten::erfinv") is None
+    assert config.capabilities.has_shim(torch.ops.aten.erfinv.default)
+    assert config.kernel_sources == ("/tmp/k.mm",)
+    assert config.provider_of("aoti_torch_mps_erfinv").plugin == "erfinv-kernel"
+
+
+def test_custom_op_prototypes_become_custom_c_shims():
+    config = PluginRegistry(env=CLEAN_ENV).backend_config("mps")
+    gather = torch.ops.metal.gather_qmv.default
+    (prototype,) = config.custom_c_shims[gather]
+    assert prototype.startswith("AOTITorchError aoti_torch_mps_gather_qmv(")
+    assert config.provider_of("metal::gather_qmv").plugin == "gather-qmv"
+    assert config.inductor_options()["aot_inductor.custom_ops_to_c_shims"][gather] == [prototype]
+
+
+def test_cuda_has_no_shims_yet_but_derives():
+    config = PluginRegistry(env=CLEAN_ENV).backend_config("cuda")
+    assert dict(config.fallback_kernels) == {}
+    assert torch.ops.aten.addmm.default in config.decomposition_table
+
+
+def test_unknown_device_is_rejected():
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        PluginRegistry(env=CLEAN_ENV).backend_config("tpu")
+
+
+def test_equal_priority_shims_conflict_naming_both():
+    registry = registry_with(Records(kernel_plugin("first")), Records(kernel_plugin("second")))
+    with pytest.raises(PluginConflictError, match=r"'first' .*test-plugin-0.* and 'second' .*test-plugin-1"):
+        registry.backend_config("mps")
+
+
+def test_higher_priority_wins_and_the_loser_is_recorded():
+    registry = registry_with(Records(kernel_plugin("first")), Records(kernel_plugin("second", priority=5)))
+    config = registry.backend_config("mps")
+    assert config.provider_of("aoti_torch_mps_erfinv").plugin == "second"
+    assert [p.plugin for p in config.shadowed] == ["first"]
+
+
+def test_one_symbol_for_two_ops_conflicts():
+    registry = registry_with(Records(kernel_plugin("a", op="aten::erfinv"),
+                                     kernel_plugin("b", op="aten::erf")))
+    with pytest.raises(PluginConflictError, match="aoti_torch_mps_erfinv.*'a'.*'b'"):
+        registry.backend_config("mps")
+
+
+def test_a_plugin_claiming_a_builtin_shim_conflicts():
+    registry = registry_with(Records(kernel_plugin("my-mm", op="aten::mm", symbol="aoti_torch_mps_mm_out")))
+    with pytest.raises(PluginConflictError, match="'mm' .*built-in.* and 'my-mm'"):
+        registry.backend_config("mps")
+
+
+def test_duplicate_plugin_names_conflict():
+    registry = registry_with(Records(kernel_plugin("mm", op="aten::erfinv")))
+    with pytest.raises(PluginConflictError, match="two op plugins are named 'mm'"):
+        registry.backend_config("mps")
+
+
+def make_pass(name):
+    def factory(capabilities):
+        def run(graph_module):
+            return None
+        run.__name__ = name
+        return run
+    return factory
+
+
+def test_passes_follow_ordering_constraints_and_device():
+    specs = Records(
+        PassSpec(name="c", factory=make_pass("c"), after=("a",)),
+        PassSpec(name="a", factory=make_pass("a")),
+        PassSpec(name="b", factory=make_pass("b"), before=("a",), after=("missing",)),
+        PassSpec(name="cuda-only", factory=make_pass("cuda-only"), devices=("cuda",)),
+        PassSpec(name="late", factory=make_pass("late"), stage="post_grad"),
+    )
+    config = registry_with(specs).backend_config("mps")
+    own = [n for n in config.pass_names if n in {"a", "b", "c", "cuda-only"}]
+    assert own == ["b", "a", "c"]
+    assert [p.__name__ for p in config.passes if p.__name__ in {"a", "b", "c"}] == ["b", "a", "c"]
+    assert "late" in config.post_grad_pass_names
+
+
+def test_pass_ordering_cycle_is_an_error():
+    specs = Records(PassSpec(name="x", factory=make_pass("x"), after=("y",)),
+                    PassSpec(name="y", factory=make_pass("y"), after=("x",)))
+    with pytest.raises(PluginConflictError, match="cycle: x -> y -> x"):
+        registry_with(specs).backend_config("mps")
+
+
+def test_pass_factories_see_device_capabilities():
+    seen = {}
+
+    def factory(capabilities):
+        seen["mm"] = capabilities.has_shim("aten::mm")
+        seen["device"] = capabilities.device
+        return lambda gm: None
+
+    registry_with(Records(PassSpec(name="probe", factory=factory))).backend_config("mps")
+    assert seen == {"mm": True, "device": "mps"}
+
+
+def test_cmake_snippet_lists_kernel_sources(tmp_path):
+    source = tmp_path / "op_erfinv.mm"
+    config = registry_with(Records(kernel_plugin("erfinv", tmp=str(source)))).backend_config("mps")
+    snippet = config.cmake_snippet()
+    assert snippet.splitlines()[1:] == ["set(SHIMKIT_MPS_KERNEL_SOURCES", f'  "{source}"', ")"]

@@ -1,0 +1,160 @@
+"""Discovery: built-ins, entry points, code registration, env switches, broken plugins."""
+
+import sys
+import types
+
+import pytest
+
+from registry_helpers import CLEAN_ENV, install_distribution
+from shimkit.registry import (
+    OpPlugin,
+    PluginLoadError,
+    PluginRegistry,
+    ShimkitPluginError,
+    hookimpl,
+)
+
+BUILTINS = {"mm", "bmm", "convolution", "topk", "sdpa", "torchao-linear-4bit", "gather-qmv",
+            "gated-delta-rule", "addmm", "view-copy"}
+
+GOOD_PLUGIN = """
+import torch
+from shimkit.registry import OpPlugin, hookimpl
+
+@hookimpl
+def shimkit_op_plugins():
+    yield OpPlugin(name="{name}", ops=("aten::erfinv",), decompositions={{"aten::erfinv": torch.erfinv}})
+"""
+
+
+def names(registry, **kwargs):
+    return {entry.name for entry in registry.op_plugins(**kwargs)}
+
+
+def test_builtins_load_without_autoload():
+    registry = PluginRegistry(env=CLEAN_ENV)
+    assert BUILTINS <= names(registry)
+    assert all(e.source.kind == "builtin" for e in registry.op_plugins())
+    assert registry.problems == ()
+
+
+def test_example_package_is_discovered_through_its_entry_point():
+    registry = PluginRegistry(env={})
+    (entry,) = [e for e in registry.op_plugins() if e.name == "example-logaddexp"]
+    assert entry.source.kind == "entry_point"
+    assert entry.source.name == "example"
+    assert entry.source.distribution == "shimkit-example-plugin"
+    assert "aten::logaddexp.default" in entry.record.decompositions
+
+
+def test_disable_autoload_skips_entry_points():
+    assert "example-logaddexp" not in names(PluginRegistry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"}))
+
+
+def test_block_entry_point_is_not_imported(tmp_path, monkeypatch):
+    install_distribution(tmp_path, "blocked-dist", {"blocked_ep": "blocked_mod"},
+                         {"blocked_mod": "raise RuntimeError('must not be imported')"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = PluginRegistry(env={"SHIMKIT_BLOCK_PLUGINS": "blocked_ep"})
+    assert "blocked_mod" not in sys.modules
+    assert registry.problems == ()
+    assert [s.name for s in registry.blocked_sources()] == ["blocked_ep"]
+
+
+def test_block_builtin_module_and_op_plugin_names():
+    registry = PluginRegistry(env={**CLEAN_ENV, "SHIMKIT_BLOCK_PLUGINS": "mm, addmm"})
+    assert "mm" not in names(registry) and "addmm" not in names(registry)
+    blocked = {e.name for e in registry.op_plugins(include_blocked=True) if e.blocked}
+    assert blocked == {"mm", "addmm"}
+    config = registry.backend_config("mps")
+    assert "aoti_torch_mps_mm_out" not in config.fallback_kernels
+    assert "aoti_torch_mps_bmm_out" in config.fallback_kernels
+
+
+def test_allow_list_limits_entry_points(tmp_path, monkeypatch):
+    install_distribution(tmp_path, "other-dist", {"other": "other_plugin"},
+                         {"other_plugin": GOOD_PLUGIN.format(name="other-erfinv")})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = PluginRegistry(env={"SHIMKIT_ALLOW_PLUGINS": "other"})
+    assert "other-erfinv" in names(registry)
+    assert "example-logaddexp" not in names(registry)
+    assert BUILTINS <= names(registry)
+    (problem,) = registry.problems
+    assert (problem.source.name, problem.stage) == ("example", "not-allowed")
+
+
+BROKEN = {
+    "import": "raise ImportError('no such native library: libfoo.so')",
+    "hook": """
+from shimkit.registry import hookimpl
+@hookimpl
+def shimkit_op_plugins():
+    raise ValueError('hook exploded')
+""",
+    "record": """
+from shimkit.registry import hookimpl
+@hookimpl
+def shimkit_op_plugins():
+    yield {'name': 'not-a-record'}
+""",
+    "invalid": """
+from shimkit.registry import OpPlugin, Shim, hookimpl
+@hookimpl
+def shimkit_op_plugins():
+    yield OpPlugin(name="bad", ops=("aten::mm",),
+                   shims=(Shim(op="aten::mm", device="mps", symbol="not a symbol", provided_by_runtime=True),))
+""",
+}
+EXPECTED = {"import": ("import", "libfoo.so"), "hook": ("hook", "hook exploded"),
+            "record": ("record", "got dict"), "invalid": ("hook", "symbol must be a C identifier")}
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN))
+def test_broken_plugin_is_reported_by_name_and_skipped(kind, tmp_path, monkeypatch):
+    module = f"broken_{kind}_plugin"
+    install_distribution(tmp_path, f"broken-{kind}", {f"broken-{kind}": module}, {module: BROKEN[kind]})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.warns(UserWarning, match=f"broken-{kind}"):
+        registry = PluginRegistry(env={})
+        problems = registry.problems
+    (problem,) = problems
+    stage, text = EXPECTED[kind]
+    assert problem.stage == stage and text in problem.message
+    assert problem.source.name == f"broken-{kind}" and problem.source.module == module
+    assert problem.source.distribution == f"broken-{kind}"
+    assert BUILTINS <= names(registry)
+    assert "aoti_torch_mps_mm_out" in registry.backend_config("mps").fallback_kernels
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN))
+def test_strict_mode_raises(kind, tmp_path, monkeypatch):
+    module = f"strict_{kind}_plugin"
+    install_distribution(tmp_path, f"strict-{kind}", {f"strict-{kind}": module}, {module: BROKEN[kind]})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginLoadError, match=f"strict-{kind}"):
+        PluginRegistry(env={"SHIMKIT_STRICT_PLUGINS": "1"}).op_plugins()
+
+
+def test_register_from_code_and_unregister():
+    registry = PluginRegistry(env=CLEAN_ENV)
+
+    class ErfinvPlugin:
+        @hookimpl
+        def shimkit_op_plugins(self):
+            yield OpPlugin(name="erfinv", ops=("aten::erfinv",), decompositions={"aten::erfinv": lambda x: x})
+
+    name = registry.register(ErfinvPlugin(), name="erfinv-plugin")
+    (entry,) = [e for e in registry.op_plugins() if e.name == "erfinv"]
+    assert entry.source.kind == "code" and entry.source.name == "erfinv-plugin"
+    with pytest.raises(ShimkitPluginError, match="already registered"):
+        registry.register(ErfinvPlugin(), name="erfinv-plugin")
+    registry.unregister(name)
+    assert "erfinv" not in names(registry)
+
+
+def test_module_registered_from_code():
+    registry = PluginRegistry(env=CLEAN_ENV)
+    module = types.ModuleType("my_inline_plugin")
+    exec(GOOD_PLUGIN.format(name="inline-erfinv"), module.__dict__)
+    registry.register(module)
+    assert "inline-erfinv" in names(registry)

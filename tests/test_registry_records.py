@@ -1,0 +1,109 @@
+"""Records validate themselves and name the record at fault."""
+
+import pytest
+import torch
+from executorch.exir.dialects._ops import ops as exir_ops
+
+from shimkit.registry import (
+    InvalidPluginRecord,
+    OpPlugin,
+    PassSpec,
+    Shim,
+    UnknownOpError,
+    canonical_op_name,
+    resolve_op,
+)
+
+
+@pytest.mark.parametrize("spelling", [
+    torch.ops.aten.split_copy.Tensor,
+    exir_ops.edge.aten.split_copy.Tensor,
+    "aten::split_copy.Tensor",
+    "aten.split_copy.Tensor",
+])
+def test_every_spelling_of_an_op_is_canonical(spelling):
+    assert canonical_op_name(spelling) == "aten::split_copy.Tensor"
+
+
+def test_packet_and_bare_string_mean_default_overload():
+    assert canonical_op_name(torch.ops.aten.addmm) == "aten::addmm.default"
+    assert canonical_op_name("aten::addmm") == "aten::addmm.default"
+    assert resolve_op("aten::addmm") is torch.ops.aten.addmm.default
+
+
+@pytest.mark.parametrize("bad", ["addmm", "::addmm", 3, None])
+def test_uninterpretable_op_names_are_rejected(bad):
+    with pytest.raises(UnknownOpError):
+        canonical_op_name(bad)
+
+
+def test_unregistered_op_cannot_be_resolved():
+    with pytest.raises(UnknownOpError, match="not registered"):
+        resolve_op("nosuchlib::frobnicate")
+
+
+def shim(**overrides):
+    fields = dict(op="aten::mm", device="mps", symbol="aoti_torch_mps_mm_out", provided_by_runtime=True)
+    fields.update(overrides)
+    return Shim(**fields)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"device": "tpu"}, "device must be one of"),
+    ({"symbol": "aoti-torch"}, "C identifier"),
+    ({"provided_by_runtime": False}, "exactly one"),
+    ({"sources": ("/abs/op.mm",)}, "exactly one"),
+    ({"provided_by_runtime": False, "sources": ("relative/op.mm",)}, "absolute path"),
+    ({"c_prototype": "AOTITorchError other(AtenTensorHandle x)"}, "c_prototype must read"),
+    ({"c_prototype": "AOTITorchError aoti_torch_mps_mm_out(AtenTensorHandle x);"}, "trailing"),
+    ({"op": "mylib::fancy", "symbol": "aoti_torch_mps_fancy"}, "needs a c_prototype"),
+    ({"recorded_names": ("",)}, "recorded_names"),
+])
+def test_malformed_shims_are_rejected(overrides, message):
+    with pytest.raises(InvalidPluginRecord, match=message):
+        shim(**overrides)
+
+
+def test_shim_names_put_the_symbol_first():
+    topk = shim(op="aten::topk", symbol="aoti_torch_mps_topk", recorded_names=("at::_ops::topk::call",))
+    assert topk.names == ("aoti_torch_mps_topk", "at::_ops::topk::call")
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"name": "Bad Name", "ops": ("aten::mm",)}, "name must match"),
+    ({"ops": ()}, "non-empty"),
+    ({"ops": "aten::mm"}, "non-empty sequence"),
+    ({"ops": ("aten::mm",)}, "no shim, decomposition or eliminating pass for aten::mm.default"),
+    ({"ops": ("aten::mm",), "shims": (shim(op="aten::bmm", symbol="aoti_torch_mps_bmm_out"),)},
+     "not in ops"),
+    ({"ops": ("aten::mm",), "decompositions": {"aten::bmm": torch.bmm}}, "names ops not in ops"),
+    ({"ops": ("aten::mm",), "decompositions": {"aten::mm": "torch.mm"}}, "must be callable"),
+    ({"ops": ("aten::mm",), "eliminated_by": {"aten::mm": ""}}, "must name a pass"),
+    ({"ops": ("aten::mm",), "shims": ("aoti_torch_mps_mm_out",)}, "Shim records"),
+])
+def test_malformed_op_plugins_name_themselves(fields, message):
+    fields = {"name": "broken", **fields}
+    with pytest.raises(InvalidPluginRecord, match=message):
+        OpPlugin(**fields)
+
+
+def test_op_plugin_normalises_ops_and_mappings():
+    plugin = OpPlugin(name="mm", ops=(torch.ops.aten.mm.default, "aten::mm"),
+                      shims=(shim(),), references={torch.ops.aten.mm: torch.mm})
+    assert plugin.ops == ("aten::mm.default",)
+    assert dict(plugin.references) == {"aten::mm.default": torch.mm}
+    assert plugin.devices == ("mps",)
+    with pytest.raises(TypeError):
+        plugin.references["aten::bmm.default"] = torch.bmm  # frozen
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"name": "x", "factory": None}, "factory must be callable"),
+    ({"name": "x", "factory": print, "stage": "late"}, "stage must be one of"),
+    ({"name": "x", "factory": print, "after": "y"}, "not a string"),
+    ({"name": "x", "factory": print, "before": ("x",)}, "against itself"),
+    ({"name": "x", "factory": print, "devices": ("gpu",)}, "device must be one of"),
+])
+def test_malformed_pass_specs(fields, message):
+    with pytest.raises(InvalidPluginRecord, match=message):
+        PassSpec(**fields)
