@@ -1,6 +1,8 @@
 // The pybind11 module shimkit._C: build facts, plus the bindings each kernel registers.
 #include <pybind11/pybind11.h>
 
+#include "bindings/bindings.h"
+
 #ifndef SHIMKIT_WITH_METAL
 #define SHIMKIT_WITH_METAL 0
 #endif
@@ -32,4 +34,6 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "shimkit's compiled kernels: portable plans and reference implementations";
   m.def("build_info", &build_info,
         "Compiler, platform and whether Metal (.mm) sources were compiled into this build.");
+  shimkit::bindings::register_sdk(m);
+  shimkit::bindings::register_addmm(m);
 }
