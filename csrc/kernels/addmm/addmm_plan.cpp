@@ -117,11 +117,13 @@ Status make_plan(const Operands& ops, double beta, double alpha, Plan* plan) {
   if (!status.is_ok()) return status.with_context("addmm");
 
   p.dtype = ops.mat1.dtype;
-  p.beta = beta;
-  p.alpha = alpha;
   p.output_empty = p.m == 0 || p.n == 0;
-  p.uses_self = !p.output_empty && beta != 0.0;
-  p.uses_product = !p.output_empty && alpha != 0.0 && p.k > 0;
+  // Kernels compute in float32 (the 16-bit types' opmath type too), so beta and alpha are what they
+  // round to there: like torch, a beta of 1e-300 is zero and ignores self.
+  p.beta = static_cast<float>(beta);
+  p.alpha = static_cast<float>(alpha);
+  p.uses_self = !p.output_empty && p.beta != 0.0;
+  p.uses_product = !p.output_empty && p.alpha != 0.0 && p.k > 0;
 
   p.self_layout = classify_layout(p.self_expanded);
   p.mat1_layout = classify_layout(ops.mat1);
