@@ -22,8 +22,12 @@ MATRIX_LAYOUTS = ("contiguous", "transposed", "sliced", "sliced_transposed", "st
                   "expanded_rows", "expanded_cols", "expanded_all")
 OUT_LAYOUTS = ("contiguous", "transposed", "sliced", "stepped")
 SELF_SHAPES = ("n", "one", "scalar", "1n", "m1", "mn")
+# Zero, or far from rounding to zero in any dtype: for a coefficient that is non-zero but rounds to
+# zero in float32 or in the tensor dtype, torch.addmm's own paths disagree (its k == 0 path scales in
+# the tensor dtype, its gemm path in float32), so no single answer exists to compare with.
 SCALARS = st.one_of(st.sampled_from([0.0, -0.0, 1.0, -1.0, 0.5, 2.0]),
-                    st.floats(-3, 3, allow_nan=False, allow_infinity=False))
+                    st.floats(-3, 3, allow_nan=False, allow_infinity=False).filter(
+                        lambda x: x == 0 or abs(x) > 1e-3))
 
 
 def make_matrix(rows: int, cols: int, layout: str, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:

@@ -118,12 +118,14 @@ Status make_plan(const Operands& ops, double beta, double alpha, Plan* plan) {
 
   p.dtype = ops.mat1.dtype;
   p.output_empty = p.m == 0 || p.n == 0;
-  // Kernels compute in float32 (the 16-bit types' opmath type too), so beta and alpha are what they
-  // round to there: like torch, a beta of 1e-300 is zero and ignores self.
+  // Whether a term is ignored follows the documented contract on the value given; its coefficient is
+  // what the value rounds to in float32, the type every kernel computes in (for the 16-bit types too).
+  // torch itself disagrees with itself for a beta that is non-zero but rounds to 0: its k == 0 path
+  // propagates NaN from self and its gemm path does not. shimkit takes the first.
+  p.uses_self = !p.output_empty && beta != 0.0;
+  p.uses_product = !p.output_empty && alpha != 0.0 && p.k > 0;
   p.beta = static_cast<float>(beta);
   p.alpha = static_cast<float>(alpha);
-  p.uses_self = !p.output_empty && p.beta != 0.0;
-  p.uses_product = !p.output_empty && p.alpha != 0.0 && p.k > 0;
 
   p.self_layout = classify_layout(p.self_expanded);
   p.mat1_layout = classify_layout(ops.mat1);

@@ -45,7 +45,9 @@ struct Feed {
 struct Plan {
   DType dtype = DType::kFloat32;
   int64_t m = 0, k = 0, n = 0;
-  double beta = 1.0, alpha = 1.0;  // as rounded to float32, the type every kernel computes in
+  // As rounded to float32, the type every kernel computes in. Stored as float, not as a double holding
+  // a float: gcc 12's SLP vectorizer drops the rounding of a (double)(float) pair (-O2 and up).
+  float beta = 1.0f, alpha = 1.0f;
 
   // beta == 0 ignores self (its NaN and inf do not propagate); alpha == 0 or k == 0 makes the
   // product exactly zero, so it is not computed (NaN and inf in mat1/mat2 do not propagate).

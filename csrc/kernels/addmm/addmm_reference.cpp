@@ -43,8 +43,8 @@ Status run_reference(const Plan& plan, const Operands& ops) {
             load_float(self.data, dtype, r * self.strides[0] + c * self.strides[1]);
   }
 
-  const float alpha = static_cast<float>(plan.alpha);
-  const float beta = static_cast<float>(plan.beta);
+  const float alpha = plan.alpha;
+  const float beta = plan.beta;
   const TensorView& out = ops.out;
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
