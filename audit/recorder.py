@@ -1,0 +1,183 @@
+"""Record every kernel the generated AOTInductor wrapper calls, and the graph nodes behind each.
+
+Upstream's check (``AotiBackend.collect_unsupported_fallback_kernels``) wraps the same two
+``CppWrapperCpu`` methods and derives names the same way, so a name recorded here is exactly what
+upstream compares against ``get_supported_fallback_kernels()``. Unlike upstream, every call is kept
+(supported or not), with the Inductor IR node being generated and, through its FX origins, the user's
+source lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+
+from shimkit.audit.fake_mps import ScopedPatches
+
+C_SHIM = "c-shim"
+PROXY_EXECUTOR = "proxy-executor"
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    file: str
+    line: int
+    function: str
+    code: str
+
+    def describe(self) -> str:
+        text = f"{self.file}:{self.line} in {self.function}"
+        return f"{text}: {self.code}" if self.code else text
+
+
+def _library_dirs() -> tuple[str, ...]:
+    import executorch
+
+    # executorch is a namespace package: it has __path__ entries but no __file__.
+    return tuple(d + os.sep for d in (os.path.dirname(torch.__file__), *executorch.__path__))
+
+
+def user_frame(stack_trace: str | None) -> SourceLine | None:
+    """The user's line in an FX ``stack_trace``: the innermost frame outside torch and executorch
+    (``nn.Linear.forward`` is not where the user wrote the linear), else the innermost frame."""
+    if not stack_trace:
+        return None
+    lines = stack_trace.rstrip().splitlines()
+    frames = []
+    for index, line in enumerate(lines):
+        match = _FRAME.search(line)
+        if match:
+            following = lines[index + 1].strip() if index + 1 < len(lines) else ""
+            code = "" if _FRAME.search(following) else following
+            frames.append(SourceLine(match["file"], int(match["line"]), match["function"], code))
+    if not frames:
+        return None
+    libraries = _library_dirs()
+    outside = [f for f in frames if not f.file.startswith(libraries)]
+    return (outside or frames)[-1]
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    """An FX node of the graph Inductor lowered (post aot-autograd), with the user's source line."""
+
+    name: str
+    target: str
+    stack_trace: str | None
+
+    @property
+    def source(self) -> SourceLine | None:
+        return user_frame(self.stack_trace)
+
+
+@dataclass
+class KernelCall:
+    """One kernel name as Inductor records it, how the wrapper reaches it, and where it came from."""
+
+    name: str
+    mechanism: str  # C_SHIM or PROXY_EXECUTOR
+    ir_nodes: list[str] = field(default_factory=list)
+    graph_nodes: list[GraphNode] = field(default_factory=list)
+    op: str | None = None  # the ATen/custom op overload behind it, where Inductor names one
+
+
+def _current_ir_node() -> Any:
+    """The Inductor IR node whose wrapper code is being generated, found on the call stack.
+
+    Wrapper codegen reaches the two recorded methods from the IR node's ``codegen`` (``self`` is the
+    node) or from a deferred wrapper line (``self.node``); neither passes the node down.
+    """
+    from torch._inductor import ir
+
+    frame = sys._getframe(2)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, ir.ExternKernel):
+            return owner
+        node = getattr(owner, "node", None)
+        if isinstance(node, ir.ExternKernel):
+            return node
+        frame = frame.f_back
+    return None
+
+
+def _op_name(ir_node: Any) -> str | None:
+    from shimkit.registry import canonical_op_name
+
+    op = getattr(ir_node, "op_overload", None)
+    if op is None:
+        return None
+    try:
+        return canonical_op_name(op)
+    except Exception:  # higher-order operators have no overload name
+        return str(op)
+
+
+def _graph_nodes(ir_node: Any) -> list[GraphNode]:
+    """The FX nodes an extern kernel implements: its origin node, else those of its origins that call
+    the kernel's op (origins also hold nodes fused into its inputs, such as a preceding activation)."""
+    origin = getattr(ir_node, "origin_node", None)
+    if origin is not None:
+        nodes = [origin]
+    else:
+        nodes = sorted(ir_node.origins, key=lambda n: n.name)
+        packet = getattr(getattr(ir_node, "op_overload", None), "_schema", None)
+        if packet is not None:
+            same_op = [n for n in nodes if getattr(getattr(n.target, "_schema", None), "name", None) == packet.name]
+            nodes = same_op or nodes
+    return [GraphNode(n.name, str(n.target), n.meta.get("stack_trace")) for n in nodes]
+
+
+@dataclass
+class KernelRecorder:
+    """Kernel calls in the order the wrapper generated them, merged by name."""
+
+    calls: dict[str, KernelCall] = field(default_factory=dict)
+
+    def record(self, name: str, mechanism: str) -> None:
+        call = self.calls.setdefault(name, KernelCall(name, mechanism))
+        ir_node = _current_ir_node()
+        if ir_node is None:
+            return
+        ir_name = ir_node.get_name()
+        if ir_name in call.ir_nodes:
+            return
+        call.ir_nodes.append(ir_name)
+        call.op = call.op or _op_name(ir_node)
+        known = {n.name for n in call.graph_nodes}
+        call.graph_nodes += [n for n in _graph_nodes(ir_node) if n.name not in known]
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator["KernelRecorder"]:
+        """Wrap the wrapper-codegen methods upstream's check wraps; undone on exit."""
+        from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+
+        patches = ScopedPatches()
+        original_c_shim_call = CppWrapperCpu.generate_c_shim_extern_kernel_call
+        original_runtime_lookup = CppWrapperCpu.generate_fallback_kernel_with_runtime_lookup_aot
+        recorder = self
+
+        def generate_c_shim_extern_kernel_call(self, kernel, *args, **kwargs):
+            recorder.record(kernel, C_SHIM)
+            return original_c_shim_call(self, kernel, *args, **kwargs)
+
+        def generate_fallback_kernel_with_runtime_lookup_aot(self, op_overload, *args, **kwargs):
+            recorder.record(getattr(op_overload, "_name", str(op_overload)), PROXY_EXECUTOR)
+            return original_runtime_lookup(self, op_overload, *args, **kwargs)
+
+        try:
+            patches.replace(CppWrapperCpu, "generate_c_shim_extern_kernel_call",
+                            generate_c_shim_extern_kernel_call)
+            patches.replace(CppWrapperCpu, "generate_fallback_kernel_with_runtime_lookup_aot",
+                            generate_fallback_kernel_with_runtime_lookup_aot)
+            yield self
+        finally:
+            patches.undo()

@@ -1,0 +1,229 @@
+"""Audit one model: torch.export, then ExecuTorch's Metal lowering on fake mps, recording kernels.
+
+The path is the one a Mac user runs — ``to_edge_transform_and_lower`` with ``MetalPartitioner`` and
+``MetalBackend.preprocess`` — with the backend configured from shimkit's registry (or stock, for
+``--no-plugins``), lowered by :func:`~shimkit.audit.fake_mps.fake_mps_lowering` and observed by
+:class:`~shimkit.audit.recorder.KernelRecorder`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+
+from shimkit.audit.fake_mps import ScopedPatches, fake_mps_lowering
+from shimkit.audit.loader import LoadedModel
+from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder
+
+PHASES = ("export", "to_edge", "backend_passes", "inductor", "codegen")
+
+# Messages of work that really ran on the fake device (no MPS kernel, no MPS build, no data).
+_REAL_WORK_ON_FAKE_DEVICE = re.compile(
+    r"not linked with support for mps|DispatchKey\.MPS|MPS backend|Cannot copy out of meta tensor"
+    r"|data-dependent|Cannot access data pointer|on a fake tensor", re.IGNORECASE)
+_UPSTREAM_MISSING = re.compile(r"^Method \S+ missing fallback kernels \(\d+ total\):")
+
+
+@dataclass
+class Failure:
+    """Why a model's audit stopped: ``kind`` is ``limitation`` (lowering tried to run real work on
+    the fake device, a known gap of the method) or ``error`` (anything else: the model itself, or a
+    pass, fails to lower)."""
+
+    kind: str
+    phase: str
+    message: str
+    op: str | None = None
+    node: GraphNode | None = None
+    traceback: str = ""
+
+
+@dataclass
+class ModelAudit:
+    name: str
+    plugins: bool
+    kernels: list[KernelCall] = field(default_factory=list)
+    supported: frozenset[str] = frozenset()
+    upstream_errors: list[str] = field(default_factory=list)
+    failure: Failure | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    partitions: int = 0
+
+    @property
+    def missing(self) -> list[KernelCall]:
+        return [k for k in self.kernels if k.name not in self.supported]
+
+    @property
+    def status(self) -> str:
+        if self.failure is not None:
+            return self.failure.kind
+        return "missing" if self.missing else "clean"
+
+
+class _PhaseClock:
+    """Wall time of nested phases; each phase's figure excludes the phases nested inside it."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+        self._stack: list[list[Any]] = []
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        now = time.perf_counter()
+        if self._stack:
+            parent = self._stack[-1]
+            self.totals[parent[0]] = self.totals.get(parent[0], 0.0) + now - parent[1]
+        self._stack.append([name, now])
+        try:
+            yield
+        finally:
+            done = time.perf_counter()
+            _, started = self._stack.pop()
+            self.totals[name] = self.totals.get(name, 0.0) + done - started
+            if self._stack:
+                self._stack[-1][1] = done
+
+
+_FAILING_NODE = "_shimkit_failing_fx_node"
+
+
+@dataclass
+class _LoweringWatch:
+    current_phase: str = "to_edge"
+
+
+def _watch_lowering(patches: ScopedPatches, backend_cls: type, clock: _PhaseClock,
+                    audit: ModelAudit, watch: _LoweringWatch) -> None:
+    """Time the phases, keep upstream's missing-kernel error per partition, and note the FX node
+    Inductor was lowering when something failed."""
+    import torch._inductor as inductor
+    import torch._inductor.graph as inductor_graph
+    from executorch.exir.backend.backend_details import PreprocessResult
+
+    original_preprocess = backend_cls.preprocess
+
+    def preprocess(cls, edge_program, compile_specs):
+        audit.partitions += 1
+        watch.current_phase = "backend_passes"
+        try:
+            with clock.phase("backend_passes"):
+                result = original_preprocess(edge_program, compile_specs)
+        except RuntimeError as error:
+            if not _UPSTREAM_MISSING.match(str(error)):
+                raise
+            # Upstream stops at the first partition with missing kernels. Keeping its message and
+            # going on audits every partition; the recorder already holds this one's kernels.
+            audit.upstream_errors.append(str(error))
+            result = PreprocessResult(processed_bytes=b"", debug_handle_map={})
+        watch.current_phase = "to_edge"
+        return result
+
+    patches.replace(backend_cls, "preprocess", classmethod(preprocess))
+
+    original_aot_compile = inductor.aot_compile
+
+    def aot_compile(*args, **kwargs):
+        watch.current_phase = "inductor"
+        with clock.phase("inductor"):
+            return original_aot_compile(*args, **kwargs)
+
+    patches.replace(inductor, "aot_compile", aot_compile)
+
+    original_codegen = inductor_graph.GraphLowering.codegen
+
+    def codegen(self, *args, **kwargs):
+        watch.current_phase = "codegen"
+        with clock.phase("codegen"):
+            return original_codegen(self, *args, **kwargs)
+
+    patches.replace(inductor_graph.GraphLowering, "codegen", codegen)
+
+    # Every graph on the way runs through an FX interpreter: aot-autograd's trace of the edge graph
+    # and Inductor's lowering of the traced one. The innermost node that raised is the culprit.
+    original_run_node = torch.fx.Interpreter.run_node
+
+    def run_node(self, node):
+        try:
+            return original_run_node(self, node)
+        except Exception as error:
+            # Marked on the exception, not kept aside: errors that something catches and handles
+            # must not be blamed later. Wrapping exceptions keep it reachable through __cause__.
+            if not hasattr(error, _FAILING_NODE):
+                with contextlib.suppress(AttributeError):
+                    setattr(error, _FAILING_NODE, node)
+            raise
+
+    patches.replace(torch.fx.Interpreter, "run_node", run_node)
+
+
+def node_op_label(target: Any) -> str:
+    from shimkit.registry.ops import node_op_name
+
+    return node_op_name(target) or str(target)
+
+
+def _describe_failure(error: BaseException, watch: _LoweringWatch) -> Failure:
+    message = f"{type(error).__name__}: {error}".strip()
+    chain = [error]
+    while chain[-1].__cause__ is not None or chain[-1].__context__ is not None:
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    real_work = any(_REAL_WORK_ON_FAKE_DEVICE.search(str(e)) for e in chain)
+    node = op = None
+    fx_node = next((getattr(e, _FAILING_NODE) for e in chain if hasattr(e, _FAILING_NODE)), None)
+    if fx_node is not None:
+        node = GraphNode(fx_node.name, str(fx_node.target), fx_node.meta.get("stack_trace"))
+        op = node_op_label(fx_node.target)
+    return Failure(
+        kind="limitation" if real_work and watch.current_phase != "to_edge" else "error",
+        phase=watch.current_phase, message=message.splitlines()[0][:500], op=op, node=node,
+        traceback="".join(traceback.format_exception(error)))
+
+
+def export_model(loaded: LoadedModel) -> torch.export.ExportedProgram:
+    if loaded.exported is not None:
+        return loaded.exported
+    model = loaded.model.eval() if isinstance(loaded.model, torch.nn.Module) else loaded.model
+    return torch.export.export(model, tuple(loaded.example_inputs), strict=False)
+
+
+def audit_loaded(loaded: LoadedModel, *, registry: Any | None) -> ModelAudit:
+    """Audit one loaded model. ``registry`` is a ``PluginRegistry``; ``None`` audits stock upstream."""
+    from executorch.backends.apple.metal.metal_backend import MetalBackend
+    from executorch.backends.apple.metal.metal_partitioner import MetalPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    audit = ModelAudit(loaded.name, plugins=registry is not None)
+    clock = _PhaseClock()
+    watch = _LoweringWatch(current_phase="export")
+    recorder = KernelRecorder()
+    try:
+        with clock.phase("export"):
+            exported = export_model(loaded)
+        watch.current_phase = "to_edge"
+        with contextlib.ExitStack() as scope:
+            if registry is not None:
+                from shimkit.integration import registry_backend
+
+                scope.enter_context(registry_backend(MetalBackend, registry.backend_config("mps")))
+            scope.enter_context(fake_mps_lowering(MetalBackend))
+            scope.enter_context(recorder.recording())
+            patches = ScopedPatches()
+            scope.callback(patches.undo)
+            _watch_lowering(patches, MetalBackend, clock, audit, watch)
+            audit.supported = frozenset(MetalBackend.get_supported_fallback_kernels())
+            with clock.phase("to_edge"):
+                to_edge_transform_and_lower(
+                    exported,
+                    partitioner=[MetalPartitioner([MetalBackend.generate_method_name_compile_spec("forward")])],
+                )
+    except Exception as error:
+        audit.failure = _describe_failure(error, watch)
+    audit.kernels = list(recorder.calls.values())
+    audit.timings = {phase: clock.totals.get(phase, 0.0) for phase in PHASES}
+    return audit

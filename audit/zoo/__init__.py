@@ -1,0 +1,39 @@
+"""The bundled zoo: small models written in code with random weights, each covering a pattern that
+real Metal users hit (the seed's split + linear, MobileNet classifiers, YOLO necks, a Parakeet-like
+conformer block, a KV-cache decoder step, cumsum and baddbmm).
+
+Every factory returns ``(model, example_inputs)`` and seeds its own weights without touching the
+global RNG, so audits are reproducible and importing the zoo has no side effects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from shimkit.audit.zoo import decoder, ops, speech, vision
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    name: str
+    factory: Callable[[], tuple[Any, tuple[Any, ...]]]
+    description: str
+
+
+ZOO: dict[str, ZooModel] = {m.name: m for m in (
+    ZooModel("seed_split_linear", ops.seed_split_linear,
+             "the seed repro: split then linear (aten::split_copy.Tensor upstream)"),
+    ZooModel("mobilenet_v3_small", vision.mobilenet_v3_small,
+             "MobileNetV3-small-like: hardswish, squeeze-excite, batch-1 classifier"),
+    ZooModel("mobilenet_v2", vision.mobilenet_v2,
+             "MobileNetV2-like: inverted residuals, relu6, linear classifier"),
+    ZooModel("yolo_neck_head", vision.yolo_neck_head,
+             "YOLO-style neck and head: C2f split/cat, SPPF, nearest upsample"),
+    ZooModel("conformer_block", speech.conformer_block,
+             "Parakeet-like conformer block: depthwise conv1d, SDPA, linear with bias, batch 1"),
+    ZooModel("decoder_kv_cache", decoder.decoder_kv_cache,
+             "transformer decoder step updating a KV cache with index_copy_ and index_put_"),
+    ZooModel("cumsum", ops.cumsum_model, "running sums with cumsum (aoti_torch_mps_cumsum upstream)"),
+    ZooModel("baddbmm", ops.baddbmm_model, "batched matmul plus bias with baddbmm"),
+)}

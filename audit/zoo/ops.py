@@ -1,0 +1,60 @@
+"""Single-pattern models: the seed repro and ops upstream's Metal runtime has no kernel for."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from shimkit.audit.zoo._seeded import seeded
+
+
+class SplitLinear(nn.Module):
+    """The seed issue's repro, verbatim: split feeds a linear (batch 1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = torch.split(x, 4, dim=1)
+        return self.fc(a + b)
+
+
+@seeded
+def seed_split_linear():
+    return SplitLinear(), (torch.randn(1, 8),)
+
+
+class RunningMean(nn.Module):
+    """Prefix sums as a masked running mean over time, the way length-aware models use cumsum."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        totals = torch.cumsum(self.proj(x) * mask.unsqueeze(-1), dim=1)
+        counts = torch.cumsum(mask, dim=1).clamp(min=1).unsqueeze(-1)
+        return totals / counts
+
+
+@seeded
+def cumsum_model():
+    mask = torch.tensor([[1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0]])
+    return RunningMean(), (torch.randn(1, 8, 16), mask)
+
+
+class BiasedBatchMatmul(nn.Module):
+    """Attention-score style ``beta * bias + alpha * q @ k^T`` through baddbmm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(4, 8, 8))
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, q, k.transpose(1, 2), beta=0.5, alpha=0.125)
+
+
+@seeded
+def baddbmm_model():
+    return BiasedBatchMatmul(), (torch.randn(4, 8, 16), torch.randn(4, 8, 16))
