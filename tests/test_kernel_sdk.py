@@ -1,0 +1,119 @@
+"""The kernel SDK: 16-bit conversions, layout classification, dense packing, the build helper, and
+shimkit._C staying free of libtorch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import shimkit.csrc
+from shimkit.csrc import build
+from shimkit.csrc.native import native
+
+C = native()
+HALF_TYPES = (torch.bfloat16, torch.float16)
+
+
+@pytest.mark.parametrize("dtype", HALF_TYPES, ids=str)
+def test_every_16_bit_pattern_widens_exactly(dtype):
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
+    values = bits.view(dtype)
+    widened = torch.empty(values.shape, dtype=torch.float32)
+    C.cast(values, widened)
+    expected = values.float()
+    assert torch.equal(widened.isnan(), expected.isnan())
+    finite = ~expected.isnan()
+    assert torch.equal(widened[finite].view(torch.int32), expected[finite].view(torch.int32))
+
+
+@pytest.mark.parametrize("dtype", HALF_TYPES, ids=str)
+def test_narrowing_rounds_like_torch(dtype):
+    generator = torch.Generator().manual_seed(0)
+    # Every exponent float32 has, random mantissas, both signs; plus ties and edge values.
+    bits = torch.randint(0, 2**31 - 1, (400_000,), generator=generator, dtype=torch.int64)
+    bits = torch.cat([bits, -bits - 1]).to(torch.int32)
+    values = bits.view(torch.float32)
+    specials = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), 65504.0, 65519.99, 65520.0,
+                             2.0**-24, 2.0**-25, 3 * 2.0**-25, 2.0**-14, 1 + 2.0**-11, 1 + 3 * 2.0**-11,
+                             1 + 2.0**-8, 1 + 3 * 2.0**-8, 3.3895e38, 3.4e38])
+    values = torch.cat([values, specials, -specials])
+    narrowed = torch.empty(values.shape, dtype=dtype)
+    C.cast(values, narrowed)
+    expected = values.to(dtype)
+    assert torch.equal(narrowed.isnan(), expected.isnan())
+    finite = ~expected.isnan()
+    mismatch = (narrowed[finite].view(torch.int16) != expected[finite].view(torch.int16)).nonzero()
+    assert mismatch.numel() == 0, values[finite][mismatch[:5, 0]]
+
+
+@pytest.mark.parametrize("tensor,layout", [
+    (torch.zeros(3, 4), "contiguous"),
+    (torch.zeros(4, 3).t(), "transposed"),
+    (torch.zeros(1, 4).t(), "contiguous"),  # a column of a dense matrix is dense either way
+    (torch.zeros(4).expand(3, 4), "broadcast"),
+    (torch.zeros(3, 1).expand(3, 4), "broadcast"),
+    (torch.zeros(5, 6)[1:4, 2:5], "strided"),
+    (torch.zeros(6, 8)[::2, ::2], "strided"),
+    (torch.zeros(2, 3, 4).permute(2, 0, 1), "strided"),
+    (torch.zeros(0, 3), "contiguous"),
+    (torch.zeros(()), "contiguous"),
+    (torch.zeros(5).as_strided((1, 5), (7, 1)), "contiguous"),  # a size-1 dimension's stride is moot
+])
+def test_classify_layout(tensor, layout):
+    assert C.classify_layout(tensor) == layout
+
+
+@given(st.integers(0, 2**31 - 1), st.sampled_from(["t", "slice", "step", "expand", "permute"]),
+       st.sampled_from([torch.float32, torch.bfloat16]))
+def test_repack_through_a_dense_buffer_keeps_every_element(seed, how, dtype):
+    base = torch.randn(4, 5, 6, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    src = {"t": base[0].t(), "slice": base[1:3, 1:4, ::2], "step": base[::2, ::3, ::5],
+           "expand": base[:1, 2:3].expand(3, 4, 6), "permute": base.permute(2, 0, 1)}[how]
+    dst = torch.empty(src.shape[::-1], dtype=dtype).permute(*range(src.dim() - 1, -1, -1))
+    C.repack(src, dst)
+    assert torch.equal(dst, src)
+
+
+def test_describe_view_shows_what_kernels_see():
+    assert C.describe_view(torch.zeros(3, 4, dtype=torch.bfloat16).t()) == "bfloat16[4, 3] strides [1, 4]"
+
+
+def test_extension_is_free_of_libtorch():
+    """shimkit._C reads torch tensors through DLPack only: nothing from libtorch is linked or needed."""
+    import shimkit._C
+
+    needed = subprocess.run(["readelf", "-d", shimkit._C.__file__], capture_output=True, text=True).stdout
+    assert "NEEDED" in needed
+    assert "torch" not in needed and "c10" not in needed
+    probe = "import sys, shimkit._C; print('torch' in sys.modules)"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "False"
+
+
+def test_shimkit_extension_for_a_plugin(tmp_path):
+    kernel = tmp_path / "my_kernel.cpp"
+    metal = tmp_path / "my_kernel_metal.mm"
+    kernel.write_text("")
+    metal.write_text("")
+    extension = build.shimkit_extension("my_plugin._kernels", [kernel, metal])
+    assert shimkit.csrc.get_include() in extension.include_dirs
+    assert str(kernel) in extension.sources
+    assert set(build.sdk_sources()) <= set(extension.sources)
+    assert (str(metal) in extension.sources) == (sys.platform == "darwin")
+    assert ("SHIMKIT_WITH_METAL", "1" if sys.platform == "darwin" else "0") in extension.define_macros
+    assert "-std=c++17" in extension.extra_compile_args
+
+
+def test_metal_runtime_sources_cover_the_mps_shim():
+    sources = build.metal_runtime_sources("addmm")
+    names = {Path(s).name for s in sources}
+    assert {"addmm_metal.mm", "addmm_shim_mps.mm", "addmm_plan.cpp", "dtype.cpp"} <= names
+    assert all(Path(s).is_absolute() and Path(s).exists() for s in sources)
+    with pytest.raises(ValueError, match="no kernel 'nope'"):
+        build.kernel_sources("nope")
