@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs the whole kernel test suite (tests/test_kernel_*.py) under AddressSanitizer and
+# UndefinedBehaviorSanitizer:
+#   bash csrc/sanitize.sh [PYTEST ARGS]
+# Builds shimkit._C's sources and the libtorch-linked reference c-shim library with
+# -fsanitize=address,undefined -fno-sanitize-recover=all (any UB aborts the run) into
+# $SHIMKIT_BUILD_DIR (default: a per-user temp folder), loads that build in place of the installed
+# shimkit._C (SHIMKIT_NATIVE_MODULE), and runs pytest with the ASan runtime preloaded, because the
+# Python interpreter itself is not instrumented. Leak detection is off: CPython and libtorch keep
+# allocations alive until exit by design, which would drown real reports.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PYTHON:-$ROOT/.venv/bin/python}"
+CXX="${CXX:-g++}"
+
+module="$("$PY" -m shimkit.csrc.build sanitized-module)"
+SHIMKIT_SANITIZE=1 "$PY" -m shimkit.csrc.build reference-shim >/dev/null
+
+export SHIMKIT_NATIVE_MODULE="$module"
+export SHIMKIT_SANITIZE=1
+export LD_PRELOAD="$("$CXX" -print-file-name=libasan.so) $("$CXX" -print-file-name=libubsan.so)"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:detect_odr_violation=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+cd "$ROOT"
+exec "$PY" -m pytest -q -p no:cacheprovider tests/test_kernel_*.py "$@"
