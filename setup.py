@@ -78,6 +78,7 @@ setup(
     extras_require={"test": ["pytest>=8", "hypothesis>=6.100"]},
     entry_points={
         "console_scripts": ["shimkit=shimkit.cli:main"],
+        "pytest11": ["shimkit=shimkit.testing.pytest_plugin"],
     },
     zip_safe=False,
 )

@@ -1,10 +1,6 @@
-import os
+"""shimkit's own tests load a hypothesis profile from its pytest plugin (shimkit.testing.pytest_plugin):
+``ci`` when CI is set, else ``dev``; SHIMKIT_HYPOTHESIS_PROFILE or --shimkit-profile override."""
 
-from hypothesis import HealthCheck, settings
+from shimkit.testing.pytest_plugin import activate_profile
 
-settings.register_profile(
-    "ci", derandomize=True, deadline=None, max_examples=60, print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("dev", deadline=None, max_examples=30)
-settings.register_profile("deep", deadline=None, max_examples=1000)
-settings.load_profile(os.environ.get("SHIMKIT_HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+activate_profile()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
-from hypothesis import strategies as st
+from hypothesis import assume, strategies as st
 
 from shimkit.testing.opspecs import SELF, OpSpec, TensorArg, op_spec
 from shimkit.testing.strategies import TensorRecipe, shapes, tensor_recipes
@@ -224,7 +224,8 @@ class _Drawing:
             return None
         return self.new_input(wanted.shape, wanted.recipe)
 
-    def add_call(self, spec: OpSpec) -> None:
+    def add_call(self, spec: OpSpec) -> bool:
+        """Draw one call of ``spec``; False when no valid call fits the program as it stands."""
         self_value = None
         if not spec.self_free:
             candidates = [v for v in self.values if spec.accepts(v.meta)
@@ -236,9 +237,9 @@ class _Drawing:
                     lambda s: spec.accepts(torch.empty(s, device="meta")))
                 self_value = self.new_input(self.draw(shape_strategy))
                 if not spec.accepts(self_value.meta) or (spec.mutates_self and not self_value.writable):
-                    return
+                    return False
             else:
-                return
+                return False
         args, kwargs = self.draw(spec.arguments(self_value.meta if self_value else None))
         avoid = self_value.base if spec.mutates_self else None  # in-place ops refuse aliased operands
         chosen: list[_Value] = [self_value] if self_value else []
@@ -259,30 +260,31 @@ class _Drawing:
         try:
             args, kwargs = resolve(args), {k: resolve(v) for k, v in kwargs.items()}
         except _NoRoom:
-            return
+            return False
         metas = {v.name: v.meta for v in chosen}
         try:
             result = spec.op(*_substitute(args, metas), **_substitute(kwargs, metas))
         except (RuntimeError, ValueError, IndexError, TypeError):
             # The specs are exact for what they cover; dtype promotion corners (an in-place write
             # of a float scalar into an int tensor) are left to this check.
-            return
+            return False
         self.used.update(v.name for v in chosen)
         if spec.mutates_self:
             self.calls.append(Call(spec.op, args, tuple(kwargs.items()), None))
-            return
+            return True
         name = self.fresh_name("v")
         self.calls.append(Call(spec.op, args, tuple(kwargs.items()), name))
         base = self_value.base if spec.is_view and self_value else name
         writable = self_value.writable if spec.is_view and self_value else True
         if isinstance(result, torch.Tensor):
             self.values.append(_Value(name, result, base, writable and not _overlaps(result), False))
-            return
+            return True
         for index, item in enumerate(result):
             item_name = self.fresh_name("v")
             self.calls.append(Call(operator.getitem, (Ref(name), index), (), item_name))
             self.values.append(_Value(item_name, item, base, writable and not _overlaps(item), False))
         self.used.add(name)
+        return True
 
 
 class _NoRoom(Exception):
@@ -301,7 +303,7 @@ def _substitute(value, metas: dict):
 
 @st.composite
 def graphs(draw, ops: Sequence[Any] = VIEW_COPY_OPS + INPLACE_OPS + POINTWISE_OPS, *,
-           max_calls: int = 6, max_inputs: int = 3, max_buffers: int = 1, max_outputs: int = 3,
+           max_calls: int = 6, max_inputs: int = 4, max_buffers: int = 1, max_outputs: int = 3,
            dtype: torch.dtype | st.SearchStrategy = torch.float32, layouts: bool = True,
            form: str = "fx", dialect: str = "aten", registry=None) -> Program:
     """A random well-typed :class:`Program` calling ``ops`` (names, overloads, edge ops or OpSpecs).
@@ -322,11 +324,15 @@ def graphs(draw, ops: Sequence[Any] = VIEW_COPY_OPS + INPLACE_OPS + POINTWISE_OP
     if isinstance(dtype, st.SearchStrategy):
         dtype = draw(dtype)
     drawing = _Drawing(draw, dtype, layouts, max_inputs)
-    drawing.new_input()
     for _ in range(draw(st.integers(0, max_buffers))):
         drawing.add_leaf(draw(tensor_recipes(shapes(0, 3), dtype, layouts=False)), "buffer")
-    for _ in range(draw(st.integers(1, max_calls))):
-        drawing.add_call(draw(st.sampled_from(specs)))
+    # Inputs are created as calls need them, so each fits the op that first reads it.
+    wanted, attempts = draw(st.integers(1, max_calls)), 0
+    made = 0
+    while made < wanted and attempts < 3 * wanted:
+        attempts += 1
+        made += drawing.add_call(draw(st.sampled_from(specs)))
+    assume(made > 0)
     computed = [v for v in drawing.values if not v.is_leaf]
     # Unused results must be outputs or the call is dead; the rest are outputs by chance.
     unused = [v.name for v in computed if v.name not in drawing.used]

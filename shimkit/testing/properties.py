@@ -1,0 +1,321 @@
+"""Properties of passes and kernels, each a one-line assertion.
+
+Every graph property takes a ``transform`` (a shimkit pass, a pipeline, a torch ``PassBase`` or any
+callable that changes a graph in place or returns ``PassResult``/a new ``GraphModule``) and a
+:class:`~shimkit.testing.graphs.Program` drawn by :func:`~shimkit.testing.graphs.graphs`. A failure
+raises :class:`PropertyFailure` whose message ends with a runnable script reproducing it; under
+hypothesis that is the script of the shrunk, minimal program.
+
+>>> @given(graphs(VIEW_COPY_OPS + INPLACE_OPS))       # doctest: +SKIP
+... def test_views(program):
+...     assert_preserves_semantics(ReplaceViewCopyWithView(), program)
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import torch
+from torch.fx.passes.infra.pass_base import PassResult
+
+from shimkit.registry import OpPlugin, canonical_op_name, get_registry
+
+
+class PropertyFailure(AssertionError):
+    """A property does not hold; the message says which, why, and how to reproduce it."""
+
+
+def _fail(what: str, transform: Any, program, detail: str) -> None:
+    name = getattr(transform, "pass_name", None) or getattr(transform, "__name__", None) or repr(transform)
+    message = f"{what} [{name}]: {detail}"
+    raise PropertyFailure(f"{message}\n\nprogram: {program!r}\n\nReproduce with:\n\n"
+                          f"{program.to_python(transform, message)}")
+
+
+def _exception_text(error: BaseException) -> str:
+    frame = traceback.extract_tb(error.__traceback__)[-1:] if error.__traceback__ else []
+    where = f" (at {frame[0].filename}:{frame[0].lineno})" if frame else ""
+    return f"{type(error).__name__}: {error}{where}"
+
+
+# -- running ---------------------------------------------------------------------------------------
+
+def _takes_exported_program(transform: Any) -> bool:
+    from shimkit.passes.base import ShimkitPass
+
+    return isinstance(transform, ShimkitPass) or bool(getattr(transform, "requires_exported_program", False))
+
+
+def apply(transform: Any, artifact: Any) -> tuple[Any, bool | None]:
+    """Run ``transform`` on ``artifact``; return the transformed artifact and whether it says it
+    changed anything (``None`` when it does not say)."""
+    exported = isinstance(artifact, torch.export.ExportedProgram)
+    target = artifact if not exported or _takes_exported_program(transform) else artifact.graph_module
+    result = transform(target)
+    modified = None
+    if isinstance(result, PassResult):
+        modified, result = bool(result.modified), result.graph_module
+    if exported:
+        if isinstance(result, torch.fx.GraphModule) and result is not artifact.graph_module:
+            raise TypeError(f"{transform!r} returned a new GraphModule for an ExportedProgram; "
+                            f"passes on exported programs must change its graph in place")
+        return artifact, modified
+    return (result if isinstance(result, torch.fx.GraphModule) else artifact), modified
+
+
+def graph_of(artifact: Any) -> torch.fx.Graph:
+    return artifact.graph_module.graph if isinstance(artifact, torch.export.ExportedProgram) else artifact.graph
+
+
+def observe(artifact: Any, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Outputs, then the inputs and buffers as the call left them: in-place writes are behaviour."""
+    if isinstance(artifact, torch.export.ExportedProgram):
+        artifact = artifact.module()
+        for name, buffer in list(artifact.named_buffers()):
+            artifact.register_buffer(name, buffer.clone())  # the program's state must stay pristine
+    outputs = artifact(*inputs)
+    outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    # Cloned only after the whole call: an output aliasing an input must show later writes to it.
+    return ([o.clone() for o in outputs] + list(inputs)
+            + [b.clone() for _, b in artifact.named_buffers()])
+
+
+def _labels(program, count_outputs: int) -> list[str]:
+    return ([f"output {i} ({name})" for i, name in enumerate(program.outputs)][:count_outputs]
+            + [f"input {name} after the call" for name, _ in program.inputs]
+            + [f"buffer {name} after the call" for name, _ in program.buffers])
+
+
+def _difference(actual: torch.Tensor, expected: torch.Tensor, rtol, atol) -> str | None:
+    if actual.shape != expected.shape or actual.dtype != expected.dtype:
+        return (f"{actual.dtype}{list(actual.shape)} where the original gives "
+                f"{expected.dtype}{list(expected.shape)}")
+    try:
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+    except AssertionError as error:
+        return f"{str(error).splitlines()[0]}\n  got      {actual.tolist()}\n  expected {expected.tolist()}"
+    return None
+
+
+# -- graph properties ------------------------------------------------------------------------------
+
+def assert_preserves_semantics(transform: Any, program, *, rtol: float | None = None,
+                               atol: float | None = None) -> None:
+    """Outputs, and the final state of every input and buffer, are what the untransformed program gives.
+
+    ``rtol``/``atol`` default to ``torch.testing.assert_close``'s for the dtype; programs drawn with the
+    default small-integer values compute exactly, so a change in meaning is a change in value.
+    """
+    expected = observe(program.build(), program.example_inputs())
+    try:
+        transformed, _ = apply(transform, program.build())
+    except Exception as error:
+        _fail("the transform raised", transform, program, _exception_text(error))
+    try:
+        actual = observe(transformed, program.example_inputs())
+    except Exception as error:
+        _fail("the transformed program raised", transform, program, _exception_text(error))
+    expected_outputs = len(expected) - len(program.inputs) - len(program.buffers)
+    actual_outputs = len(actual) - len(program.inputs) - len(program.buffers)
+    if actual_outputs != expected_outputs:
+        _fail("semantics changed", transform, program,
+              f"{actual_outputs} outputs where the original has {expected_outputs}")
+    for label, got, want in zip(_labels(program, expected_outputs), actual, expected):
+        difference = _difference(got, want, rtol, atol)
+        if difference:
+            _fail("semantics changed", transform, program, f"{label}: {difference}")
+
+
+def _graph_text(artifact: Any) -> str:
+    return str(graph_of(artifact))
+
+
+def assert_idempotent(transform: Any, program) -> None:
+    """A second run changes nothing and says so (pipelines iterating to a fixed point rely on it)."""
+    artifact, _ = apply(transform, program.build())
+    once = _graph_text(artifact)
+    artifact, modified = apply(transform, artifact)
+    twice = _graph_text(artifact)
+    if once != twice:
+        _fail("not idempotent", transform, program,
+              f"the second run changed the graph\n--- after one run:\n{once}\n--- after two:\n{twice}")
+    if modified:
+        _fail("not idempotent", transform, program,
+              "the second run changed nothing but reported modified=True")
+
+
+def _op_names(ops: Iterable[Any]) -> set[str]:
+    return {canonical_op_name(op) for op in ops}
+
+
+def _node_op_name(node: torch.fx.Node) -> str | None:
+    from shimkit.passes.ops import aten_op  # sees through edge-dialect wrappers
+
+    op = aten_op(node.target) if node.op == "call_function" else None
+    return canonical_op_name(op) if op is not None else None
+
+
+def assert_eliminates(transform: Any, program, ops: Iterable[Any]) -> None:
+    """No call of ``ops`` (names or overloads, either dialect) is left after ``transform``."""
+    names = _op_names(ops)
+    artifact, _ = apply(transform, program.build())
+    left = [node.format_node() for node in graph_of(artifact).nodes if _node_op_name(node) in names]
+    if left:
+        _fail("ops not eliminated", transform, program, "left in the graph:\n  " + "\n  ".join(left))
+
+
+def _layout(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return (tuple(value.shape), tuple(value.stride()), value.storage_offset(), value.dtype)
+    if isinstance(value, (list, tuple)):
+        return tuple(_layout(v) for v in value)
+    return value
+
+
+def _materialize(value: Any) -> Any:
+    """A real tensor with ``value``'s shape, strides and storage offset (contents do not matter)."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    extent = value.storage_offset() + sum((s - 1) * st for s, st in zip(value.shape, value.stride())) + 1
+    storage = torch.zeros(max(extent, 0) if value.numel() else value.storage_offset(), dtype=value.dtype)
+    return storage.as_strided(value.shape, value.stride(), value.storage_offset())
+
+
+def meta_problems(artifact: Any) -> list[str]:
+    """Nodes whose ``meta["val"]`` is missing or disagrees (shape, strides, offset, dtype) with what
+    running the graph on fake tensors gives."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from shimkit.testing.graphs import fake_values
+
+    graph_module = artifact.graph_module if isinstance(artifact, torch.export.ExportedProgram) else artifact
+    placeholders = list(graph_module.graph.find_nodes(op="placeholder"))
+    missing = [n for n in placeholders if "val" not in n.meta]
+    if missing:
+        return [f"placeholder {n.name} has no meta['val']" for n in missing]
+    inputs = [_materialize(n.meta["val"]) for n in placeholders]
+    recomputed = fake_values(graph_module, inputs, FakeTensorMode(allow_non_fake_inputs=True))
+    problems = []
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if "val" not in node.meta:
+            problems.append(f"{node.format_node()}: no meta['val']")
+            continue
+        have, want = _layout(node.meta["val"]), _layout(recomputed[node])
+        if have != want:
+            problems.append(f"{node.format_node()}: meta['val'] is {have}, running it gives {want}")
+    return problems
+
+
+def assert_meta_consistent(transform: Any, program) -> None:
+    """After ``transform`` every node's ``meta["val"]`` matches a fresh fake-tensor run of the graph."""
+    artifact, _ = apply(transform, program.build())
+    problems = meta_problems(artifact)
+    if problems:
+        _fail("meta inconsistent", transform, program, "\n  ".join(problems))
+
+
+# -- kernels and decompositions --------------------------------------------------------------------
+
+def _compare(label: str, actual: Any, expected: Any, rtol, atol) -> None:
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
+            raise PropertyFailure(f"{label}: got {type(actual).__name__} where the reference gives "
+                                  f"{len(expected)} results")
+        for index, (a, e) in enumerate(zip(actual, expected)):
+            _compare(f"{label}, result {index}", a, e, rtol, atol)
+        return
+    difference = _difference(actual, expected, rtol, atol)
+    if difference:
+        raise PropertyFailure(f"{label}: {difference}")
+
+
+def _arguments_text(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    from shimkit.testing.opspecs import recipe_of
+
+    def text(value):
+        return recipe_of(value).expression() if isinstance(value, torch.Tensor) else repr(value)
+
+    return ", ".join([text(a) for a in args] + [f"{k}={text(v)}" for k, v in kwargs.items()])
+
+
+def assert_matches_reference(implementation: Callable, reference: Callable, args: Sequence[Any],
+                             kwargs: Mapping[str, Any] | None = None, *, rtol: float | None = None,
+                             atol: float | None = None) -> None:
+    """``implementation(*args, **kwargs)`` equals ``reference(...)`` (NaN equal to NaN)."""
+    kwargs = dict(kwargs or {})
+    expected = reference(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args], **kwargs)
+    try:
+        actual = implementation(*args, **kwargs)
+    except Exception as error:
+        raise PropertyFailure(f"{getattr(implementation, '__qualname__', implementation)} raised "
+                              f"{_exception_text(error)} on ({_arguments_text(args, kwargs)})") from error
+    try:
+        _compare(getattr(implementation, "__qualname__", repr(implementation)), actual, expected, rtol, atol)
+    except PropertyFailure as failure:
+        raise PropertyFailure(f"{failure}\n  arguments: ({_arguments_text(args, kwargs)})") from None
+
+
+def _find_plugin(plugin: str | OpPlugin, registry) -> OpPlugin:
+    if isinstance(plugin, OpPlugin):
+        return plugin
+    registry = registry if registry is not None else get_registry()
+    for entry in registry.op_plugins():
+        if entry.name == plugin:
+            return entry.record
+    known = sorted(entry.name for entry in registry.op_plugins())
+    raise LookupError(f"no op plugin named {plugin!r} is registered; registered: {', '.join(known)}")
+
+
+def assert_plugin_matches_reference(plugin: str | OpPlugin, *, kernels: Mapping[Any, Callable] | None = None,
+                                    registry=None, rtol: float | None = None, atol: float | None = None,
+                                    settings=None) -> None:
+    """Every decomposition of ``plugin`` (and every kernel in ``kernels``, op -> callable) agrees with
+    the plugin's eager ``references`` on inputs from its ``input_strategies`` (or, for an op without
+    one, from :func:`~shimkit.testing.opspecs.op_arguments`).
+
+    Runs hypothesis itself under the loaded profile (or ``settings``): one line in a test.
+    """
+    from hypothesis import given, strategies as st
+
+    from shimkit.testing.opspecs import op_arguments
+
+    record = _find_plugin(plugin, registry)
+    kernels = {canonical_op_name(op): fn for op, fn in (kernels or {}).items()}
+    stray = sorted(set(kernels) - set(record.ops))
+    if stray:
+        raise ValueError(f"kernels given for ops plugin {record.name!r} does not declare: {', '.join(stray)}")
+    checks = []
+    for op in record.ops:
+        reference = record.references.get(op)
+        implementations = [("decomposition", record.decompositions[op])] if op in record.decompositions else []
+        if op in kernels:
+            implementations.append(("kernel", kernels[op]))
+        if not implementations:
+            continue
+        if reference is None:
+            raise ValueError(f"plugin {record.name!r} has no reference for {op}: nothing to check against")
+        factory = record.input_strategies.get(op)
+        arguments = (factory().map(lambda args: (tuple(args), {})) if factory is not None
+                     else op_arguments(op, registry=registry))
+        for kind, implementation in implementations:
+            checks.append((f"{record.name}: {kind} of {op}", implementation, reference, arguments))
+    if not checks:
+        raise ValueError(f"plugin {record.name!r} has neither decompositions nor kernels to check")
+
+    def arguments_with(check_case):
+        return check_case[3].map(lambda call: (check_case, call))
+
+    @given(st.sampled_from(checks).flatmap(arguments_with))
+    def check(case):
+        (label, implementation, reference, _), (args, kwargs) = case
+        try:
+            assert_matches_reference(implementation, reference, args, kwargs, rtol=rtol, atol=atol)
+        except PropertyFailure as failure:
+            raise PropertyFailure(f"{label}: {failure}") from None
+
+    if settings is not None:
+        check = settings(check)
+    check()

@@ -1,0 +1,135 @@
+"""shimkit's pytest plugin (entry point ``pytest11``): fixtures and hypothesis profiles.
+
+Fixtures:
+
+``shimkit_registry``
+    A fresh plugin registry (built-ins only, no entry points), made the process-wide one for the test.
+``register_plugin``
+    ``register_plugin(plugin_or_record, name=None)`` registers a plugin module or object, or a bare
+    :class:`~shimkit.registry.OpPlugin`/:class:`~shimkit.registry.PassSpec`, into that isolated
+    registry; it is gone after the test.
+
+Hypothesis profiles ``ci`` (derandomized: the same examples every run, 60 of them), ``dev`` (30 random
+examples) and ``deep`` (1,000) are registered under those names unless the project registered its own.
+A profile is loaded only on request, so other projects' hypothesis settings are untouched:
+``--shimkit-profile=NAME``, ``SHIMKIT_HYPOTHESIS_PROFILE=NAME`` or the ini option
+``shimkit_hypothesis_profile``; the name ``auto`` means ``ci`` when ``CI`` is set, else ``dev``.
+
+This module is imported by every pytest run where shimkit is installed: it imports neither torch nor
+hypothesis until a fixture or a profile is used.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator
+
+import pytest
+
+PROFILES: dict[str, dict[str, Any]] = {
+    "ci": {"derandomize": True, "deadline": None, "max_examples": 60, "print_blob": True,
+           "suppress_health_check": ("too_slow", "data_too_large")},
+    "dev": {"deadline": None, "max_examples": 30},
+    "deep": {"deadline": None, "max_examples": 1000},
+}
+
+
+def register_profiles() -> None:
+    """Register ``ci``, ``dev`` and ``deep`` with hypothesis, leaving any of those names a project
+    registered itself alone."""
+    from hypothesis import HealthCheck, settings
+    from hypothesis.errors import InvalidArgument
+
+    for name, options in PROFILES.items():
+        try:
+            settings.get_profile(name)
+            continue
+        except InvalidArgument:
+            pass
+        options = dict(options)
+        if "suppress_health_check" in options:
+            options["suppress_health_check"] = [HealthCheck[c] for c in options["suppress_health_check"]]
+        settings.register_profile(name, **options)
+
+
+def activate_profile(name: str | None = None) -> str:
+    """Register the profiles and load ``name`` (``None`` or ``auto``: ``SHIMKIT_HYPOTHESIS_PROFILE``,
+    else ``ci`` when ``CI`` is set, else ``dev``). Returns the loaded name."""
+    from hypothesis import settings
+
+    register_profiles()
+    if name in (None, "auto"):
+        name = os.environ.get("SHIMKIT_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+    settings.load_profile(name)
+    return name
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("shimkit")
+    group.addoption("--shimkit-profile", default=None, metavar="NAME",
+                    help="load this hypothesis profile (ci, dev, deep, or auto: ci when CI is set)")
+    parser.addini("shimkit_hypothesis_profile", default="",
+                  help="hypothesis profile to load for this project (ci, dev, deep or auto)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before hypothesis' own plugin loads --hypothesis-profile
+def pytest_configure(config: pytest.Config) -> None:
+    requested = (config.getoption("shimkit_profile") or os.environ.get("SHIMKIT_HYPOTHESIS_PROFILE")
+                 or config.getini("shimkit_hypothesis_profile"))
+    if requested:
+        activate_profile(requested)
+    elif (getattr(config.option, "hypothesis_profile", None) or "") in PROFILES:
+        register_profiles()
+
+
+@pytest.fixture
+def shimkit_registry() -> Iterator[Any]:
+    """An isolated registry (built-in plugins only) that is the process-wide one during the test."""
+    from shimkit.registry import PluginRegistry, use_registry
+
+    with use_registry(PluginRegistry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"})) as registry:
+        yield registry
+
+
+@pytest.fixture
+def register_plugin(shimkit_registry: Any) -> Iterator[Any]:
+    """Register plugins into the test's isolated registry; they are unregistered afterwards."""
+    registered: list[str] = []
+
+    def register(plugin: Any, name: str | None = None) -> str:
+        plugin = _as_plugin(plugin)
+        registered.append(shimkit_registry.register(plugin, name=name))
+        return registered[-1]
+
+    yield register
+    for name in reversed(registered):
+        shimkit_registry.unregister(name)
+
+
+def _as_plugin(plugin: Any) -> Any:
+    """Wrap a bare record in a hook implementation; pass modules and plugin objects through."""
+    from shimkit.registry import OpPlugin, PassSpec, hookimpl
+
+    if isinstance(plugin, OpPlugin):
+        record = plugin
+
+        class OpPluginHook:
+            __name__ = f"op-plugin-{record.name}"
+
+            @hookimpl
+            def shimkit_op_plugins(self):
+                yield record
+
+        return OpPluginHook()
+    if isinstance(plugin, PassSpec):
+        spec = plugin
+
+        class PassHook:
+            __name__ = f"pass-{spec.name}"
+
+            @hookimpl
+            def shimkit_passes(self):
+                yield spec
+
+        return PassHook()
+    return plugin
