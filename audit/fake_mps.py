@@ -269,6 +269,66 @@ def _uniform_constants_folded_on_cpu(patches: ScopedPatches, real_values: RealVa
     patches.replace(UniformValueConstantFolder, "_deduce_value", _deduce_value)
 
 
+def _index_by_ops(tensor: torch.Tensor, index: Any) -> torch.Tensor | None:
+    """Python indexing as the ATen ops ``applySlicing`` (python_variable_indexing.cpp) applies: an int
+    selects, a slice slices, ``None`` unsqueezes, ``...`` skips dims, and integer index tensors are
+    gathered by one ``aten.index.Tensor`` with ``None`` for every other dim. Returns ``None`` for
+    forms left to the original (bool scalars and masks, non-positive steps, several ellipses)."""
+    aten = torch.ops.aten
+    entries = index if isinstance(index, tuple) else (index,)
+    if sum(entry is Ellipsis for entry in entries) > 1:
+        return None
+    consumed = sum(not (entry is None or entry is Ellipsis) for entry in entries)
+    result, dim, gathered = tensor, 0, []
+    for entry in entries:
+        if entry is Ellipsis:
+            skipped = tensor.dim() - consumed
+            gathered += [None] * skipped
+            dim += skipped
+        elif entry is None:
+            result = aten.unsqueeze.default(result, dim)
+            gathered.append(None)
+            dim += 1
+        elif isinstance(entry, bool):
+            return None
+        elif isinstance(entry, (int, torch.SymInt)):
+            result = aten.select.int(result, dim, entry)
+        elif isinstance(entry, slice):
+            if entry.step is not None and entry.step <= 0:
+                return None
+            result = aten.slice.Tensor(result, dim, entry.start, entry.stop, entry.step or 1)
+            gathered.append(None)
+            dim += 1
+        elif isinstance(entry, torch.Tensor) and not entry.dtype.is_floating_point and entry.dtype not in (
+                torch.bool, torch.uint8):
+            gathered.append(entry)
+            dim += 1
+        else:
+            return None
+    if any(entry is not None for entry in gathered):
+        result = aten.index.Tensor(result, gathered)
+    return result
+
+
+def _indexing_on_fake_mps(patches: ScopedPatches) -> None:
+    """``Tensor.__getitem__`` takes a C++ device guard, which a build without MPS cannot give for an
+    mps tensor. Fake mode meets it when it runs a Python decomposition only to infer output metadata
+    (``grid_sampler_2d`` and ``im2col`` index with ints, slices, ``...`` and tensors); the same ops,
+    called directly, need no guard.
+    """
+    fake_tensor_cls = torch._subclasses.FakeTensor
+    original = fake_tensor_cls.__getitem__
+
+    def __getitem__(self, index):
+        if self.device.type == "mps":
+            result = _index_by_ops(self, index)
+            if result is not None:
+                return result
+        return original(self, index)
+
+    patches.replace(fake_tensor_cls, "__getitem__", __getitem__)
+
+
 def _importable_torchao_cshim(patches: ScopedPatches) -> None:
     # MetalBackend.get_aoti_compile_options imports torchao's mps c-shim table, whose package loads a
     # macOS dylib at import. Its ops are registered only by that dylib, so no model here can use them
@@ -352,6 +412,7 @@ def fake_mps_lowering(backend_cls: type | None = None) -> Iterator[FakeMpsSessio
         patches.replace(torch.mps, "is_available", lambda: True)
         _scaled_dot_product_attention_as_on_mps(patches)
         _uniform_constants_folded_on_cpu(patches, session.real_values)
+        _indexing_on_fake_mps(patches)
         _importable_torchao_cshim(patches)
         yield session
     finally:

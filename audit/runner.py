@@ -13,7 +13,7 @@ import re
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -192,13 +192,14 @@ def export_model(loaded: LoadedModel) -> torch.export.ExportedProgram:
     return torch.export.export(model, tuple(loaded.example_inputs), strict=False)
 
 
-def audit_loaded(loaded: LoadedModel, *, registry: Any | None) -> ModelAudit:
-    """Audit one loaded model. ``registry`` is a ``PluginRegistry``; ``None`` audits stock upstream."""
+def audit_loaded(loaded: LoadedModel, *, config: Any | None) -> ModelAudit:
+    """Audit one loaded model with the backend configured from ``config`` (a registry
+    ``BackendConfig``); ``None`` audits the stock upstream ``MetalBackend``."""
     from executorch.backends.apple.metal.metal_backend import MetalBackend
     from executorch.backends.apple.metal.metal_partitioner import MetalPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    audit = ModelAudit(loaded.name, plugins=registry is not None)
+    audit = ModelAudit(loaded.name, plugins=config is not None)
     clock = _PhaseClock()
     watch = _LoweringWatch(current_phase="export")
     recorder = KernelRecorder()
@@ -207,10 +208,10 @@ def audit_loaded(loaded: LoadedModel, *, registry: Any | None) -> ModelAudit:
             exported = export_model(loaded)
         watch.current_phase = "to_edge"
         with contextlib.ExitStack() as scope:
-            if registry is not None:
+            if config is not None:
                 from shimkit.integration import registry_backend
 
-                scope.enter_context(registry_backend(MetalBackend, registry.backend_config("mps")))
+                scope.enter_context(registry_backend(MetalBackend, config))
             scope.enter_context(fake_mps_lowering(MetalBackend))
             scope.enter_context(recorder.recording())
             patches = ScopedPatches()
@@ -227,3 +228,42 @@ def audit_loaded(loaded: LoadedModel, *, registry: Any | None) -> ModelAudit:
     audit.kernels = list(recorder.calls.values())
     audit.timings = {phase: clock.totals.get(phase, 0.0) for phase in PHASES}
     return audit
+
+
+@dataclass
+class AuditRun:
+    """A whole ``shimkit audit`` invocation: the models in order and the configuration used."""
+
+    models: list[ModelAudit]
+    plugins: bool
+    registry: Any
+    config: Any | None
+
+
+def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = None,
+              on_progress: Callable[[int, int, str, ModelAudit | None], None] | None = None) -> AuditRun:
+    """Audit each MODEL in ``specs``. ``registry`` defaults to the process-wide one; with
+    ``plugins=False`` the stock backend is audited and the registry only informs fix hints.
+    ``on_progress(index, total, name, audit)`` is called before (``audit=None``) and after each."""
+    from shimkit.audit.loader import ModelLoadError, load_model
+
+    if registry is None:
+        from shimkit.registry import get_registry
+
+        registry = get_registry()
+    config = registry.backend_config("mps") if plugins else None
+    models = []
+    for index, spec in enumerate(specs):
+        if on_progress:
+            on_progress(index, len(specs), spec, None)
+        try:
+            loaded = load_model(spec)
+        except ModelLoadError as error:
+            audit = ModelAudit(spec, plugins=plugins,
+                               failure=Failure(kind="error", phase="load", message=str(error)))
+        else:
+            audit = audit_loaded(loaded, config=config)
+        models.append(audit)
+        if on_progress:
+            on_progress(index, len(specs), spec, audit)
+    return AuditRun(models, plugins, registry, config)

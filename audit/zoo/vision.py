@@ -62,9 +62,8 @@ class MobileNetV3Small(nn.Module):
             conv_bn(3, 16, 3, 2, act=nn.Hardswish),
             InvertedResidual(16, 16, 16, 2, act=nn.ReLU, squeeze=True),
             InvertedResidual(16, 72, 24, 2, act=nn.ReLU),
-            InvertedResidual(24, 88, 24, 1, act=nn.ReLU),
-            InvertedResidual(24, 96, 40, 2, kernel=5, act=nn.Hardswish, squeeze=True),
-            conv_bn(40, 96, 1, act=nn.Hardswish),
+            InvertedResidual(24, 96, 24, 1, kernel=5, act=nn.Hardswish, squeeze=True),
+            conv_bn(24, 96, 1, act=nn.Hardswish),
         )
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Sequential(
@@ -85,9 +84,8 @@ class MobileNetV2(nn.Module):
         self.features = nn.Sequential(
             conv_bn(3, 16, 3, 2, act=nn.ReLU6),
             InvertedResidual(16, 16, 8, 1),
-            InvertedResidual(8, 48, 12, 2),
-            InvertedResidual(12, 72, 12, 1),
-            InvertedResidual(12, 72, 16, 2),
+            InvertedResidual(8, 48, 16, 2),
+            InvertedResidual(16, 64, 16, 1),
             conv_bn(16, 64, 1, act=nn.ReLU6),
         )
         self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(64, classes))
@@ -110,8 +108,7 @@ class C2f(nn.Module):
         self.hidden = cout // 2
         self.project = conv_bn(cin, 2 * self.hidden, 1, act=nn.SiLU)
         self.blocks = nn.ModuleList(
-            nn.Sequential(conv_bn(self.hidden, self.hidden, 3, act=nn.SiLU),
-                          conv_bn(self.hidden, self.hidden, 3, act=nn.SiLU)) for _ in range(blocks))
+            conv_bn(self.hidden, self.hidden, 3, act=nn.SiLU) for _ in range(blocks))
         self.fuse = conv_bn((2 + blocks) * self.hidden, cout, 1, act=nn.SiLU)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -136,13 +133,12 @@ class SPPF(nn.Module):
 
 
 class YoloNeckHead(nn.Module):
-    """A two-scale YOLO neck (SPPF, upsample, C2f) and a decoupled detection head."""
+    """A two-scale YOLO neck (SPPF, upsample, C2f) and a detection head per scale."""
 
     def __init__(self, classes: int = 8, reg_max: int = 4) -> None:
         super().__init__()
-        self.stem = nn.Sequential(conv_bn(3, 16, 3, 2, act=nn.SiLU), C2f(16, 16, 1),
-                                  conv_bn(16, 32, 3, 2, act=nn.SiLU), C2f(32, 32, 1))
-        self.down = nn.Sequential(conv_bn(32, 64, 3, 2, act=nn.SiLU), C2f(64, 64, 1))
+        self.stem = nn.Sequential(conv_bn(3, 16, 3, 2, act=nn.SiLU), conv_bn(16, 32, 3, 2, act=nn.SiLU))
+        self.down = conv_bn(32, 64, 3, 2, act=nn.SiLU)
         self.sppf = SPPF(64, 64)
         self.up = nn.Upsample(scale_factor=2, mode="nearest")
         self.merge = C2f(64 + 32, 32, 1)

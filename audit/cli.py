@@ -1,0 +1,125 @@
+"""``shimkit audit [MODEL ...]``: predict, on Linux, which kernels a model's Metal lowering calls.
+
+Exit status: 0 every model audited clean; 1 some kernel is missing from the backend; 2 some model
+could not be audited to the end (bad MODEL, a lowering error, an audit limitation, an unsupported
+torch) — 2 wins over 1 because a partial audit cannot vouch for anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import sys
+import time
+import warnings
+from typing import Iterator, TextIO
+
+from shimkit.audit.report import EXIT_INCOMPLETE, exit_code, render_text, to_json
+
+DESCRIPTION = """\
+Run ExecuTorch's Metal lowering (torch.export, to_edge_transform_and_lower with MetalPartitioner,
+MetalBackend.preprocess, Inductor's cpp-wrapper codegen for mps) on fake mps tensors, compiling
+nothing, and report every kernel the generated wrapper calls: the plugin providing it, or MISSING
+with the graph nodes and source lines behind it and what would fix it.
+
+MODEL is a bundled zoo name, path/to/file.py:factory (factory() returns (model, example_inputs)) or
+a saved .pt2 ExportedProgram. Without MODEL the whole bundled zoo is audited.
+"""
+
+EPILOG = """\
+exit status: 0 all clean, 1 missing kernels, 2 audit could not run (see docs/audit.md)
+"""
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.description = DESCRIPTION
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("models", nargs="*", metavar="MODEL",
+                        help="zoo name, path/to/file.py:factory or file.pt2 (default: the whole zoo)")
+    parser.add_argument("--no-plugins", action="store_true",
+                        help="audit the stock upstream MetalBackend, without shimkit's registry")
+    parser.add_argument("--json", action="store_true",
+                        help="print the JSON report (schema in docs/audit.md) instead of text")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--list-zoo", action="store_true", help="list the bundled zoo models and exit")
+    return parser
+
+
+def _progress(stream: TextIO):
+    started: dict[int, float] = {}
+
+    def report(index, total, name, audit):
+        if audit is None:
+            started[index] = time.perf_counter()
+            stream.write(f"[{index + 1}/{total}] {name} ...")
+        else:
+            stream.write(f" {audit.status} ({time.perf_counter() - started[index]:.2f} s)\n")
+        stream.flush()
+
+    return report
+
+
+@contextlib.contextmanager
+def _quiet_libraries() -> Iterator[None]:
+    """Keep torch's, torchao's and ExecuTorch's import-time and experimental-API chatter out of the
+    report: warnings are ignored and their loggers raised to ERROR for the run, then restored."""
+    loggers = [logging.getLogger(name) for name in ("torch", "torchao", "executorch")]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels):
+                logger.setLevel(level)
+
+
+def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    from shimkit.audit.zoo import ZOO
+
+    if args.list_zoo:
+        width = max(map(len, ZOO))
+        for model in ZOO.values():
+            stdout.write(f"{model.name:<{width}}  {model.description}\n")
+        return 0
+
+    from shimkit.audit.fake_mps import AuditEnvironmentError, check_torch_version
+    from shimkit.audit.runner import run_audit
+    from shimkit.registry import ShimkitPluginError
+
+    try:
+        check_torch_version()
+    except AuditEnvironmentError as error:
+        stderr.write(f"{error}\n")
+        return EXIT_INCOMPLETE
+    specs = list(args.models) or list(ZOO)
+    progress = None if args.quiet else _progress(stderr)
+    try:
+        with _quiet_libraries():
+            result = run_audit(specs, plugins=not args.no_plugins, on_progress=progress)
+    except ShimkitPluginError as error:
+        stderr.write(f"shimkit audit: the plugin registry cannot be built: {error}\n")
+        return EXIT_INCOMPLETE
+    document = to_json(result)
+    if args.json:
+        json.dump(document, stdout, indent=2)
+        stdout.write("\n")
+    else:
+        stdout.write(render_text(document) + "\n")
+    return exit_code(result)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = configure_parser(argparse.ArgumentParser(prog="shimkit audit"))
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

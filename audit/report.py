@@ -1,0 +1,245 @@
+"""What an audit found, as a JSON document (stable, versioned) and as text for a terminal.
+
+The JSON document is the source of truth: :func:`to_json` builds it and the text renderers read only
+that document, so ``--json`` and the table can never disagree. Its schema is documented in
+``docs/audit.md``; a change that removes or retypes a field bumps :data:`SCHEMA_VERSION`.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any
+
+from shimkit.audit.recorder import PROXY_EXECUTOR, GraphNode, KernelCall
+from shimkit.audit.runner import PHASES, AuditRun, ModelAudit
+
+SCHEMA_VERSION = 1
+
+EXIT_CLEAN = 0
+EXIT_MISSING = 1
+EXIT_INCOMPLETE = 2
+
+UPSTREAM_PROVIDER = "upstream MetalBackend.get_supported_fallback_kernels()"
+FIX_DOC = "docs/audit.md#fixing-a-missing-kernel"
+
+
+def exit_code(run: AuditRun) -> int:
+    """2 if any model could not be audited to the end, else 1 if any kernel is missing, else 0."""
+    statuses = {m.status for m in run.models}
+    if statuses & {"limitation", "error"}:
+        return EXIT_INCOMPLETE
+    return EXIT_MISSING if "missing" in statuses else EXIT_CLEAN
+
+
+def _op_candidates(kernel: KernelCall) -> list[str]:
+    """The op names a plugin would use for this kernel: the recorded overload and its functional
+    form (Inductor calls ``addmm.out`` for a graph's ``addmm.default``)."""
+    names = [kernel.op] if kernel.op else []
+    if not names and "::" in kernel.name and not kernel.name.startswith("at::"):
+        names = [kernel.name]
+    functional = [n.rsplit(".", 1)[0] + ".default" for n in names if not n.endswith(".default")]
+    return list(dict.fromkeys(names + functional))
+
+
+def fix_hints(kernel: KernelCall, run: AuditRun) -> list[str]:
+    """What would make a missing kernel go away, from what the registry knows (blocked plugins too)."""
+    ops = _op_candidates(kernel)
+    hints: list[str] = []
+    active_passes = set(run.config.pass_names) if run.config is not None else set()
+    for entry in run.registry.op_plugins(include_blocked=True):
+        plugin = entry.record
+        covered = [op for op in ops if op in plugin.ops]
+        if not covered:
+            continue
+        op = covered[0]
+        offers = []
+        shims = [s for s in plugin.shims_for("mps") if s.op == op]
+        if shims:
+            offers.append(f"an mps shim ({shims[0].symbol})")
+        if op in plugin.decompositions:
+            offers.append("a decomposition")
+        if op in plugin.eliminated_by:
+            offers.append(f"pass {plugin.eliminated_by[op]!r} that removes it")
+        if not offers:
+            continue
+        what = f"plugin {plugin.name!r} ({entry.source.describe()}) has {' and '.join(offers)} for {op}"
+        if entry.blocked:
+            hints.append(f"{what} but is blocked: remove it from SHIMKIT_BLOCK_PLUGINS")
+        elif not run.plugins:
+            hints.append(f"{what}: audit without --no-plugins to use it")
+        elif shims and kernel.name not in shims[0].names:
+            hints.append(f"{what}, but not under the name Inductor records here ({kernel.name}): "
+                         f"add it to the shim's recorded_names")
+        elif op in plugin.eliminated_by and plugin.eliminated_by[op] not in active_passes:
+            hints.append(f"{what}, but no active plugin provides pass {plugin.eliminated_by[op]!r}")
+        elif op in plugin.decompositions:
+            hints.append(f"{what}, yet Inductor still calls {kernel.name}: it re-creates the op after "
+                         f"the decomposition (e.g. a post-grad fusion); a shim or a post-grad pass is needed")
+    if not hints:
+        op = ops[0] if ops else kernel.name
+        if kernel.mechanism == PROXY_EXECUTOR:
+            hints.append(f"{op} has no c-shim at all, so Inductor routes it to the proxy executor, which "
+                         f"the libtorch-free runtime lacks: add an OpPlugin with a decomposition into "
+                         f"supported ops, or a pass that removes it ({FIX_DOC})")
+        else:
+            hints.append(f"no plugin covers {op}: add an OpPlugin with a decomposition into supported "
+                         f"ops, or an mps Shim with a kernel ({FIX_DOC})")
+    return hints
+
+
+def _node_json(node: GraphNode) -> dict[str, Any]:
+    source = node.source
+    return {
+        "name": node.name,
+        "target": node.target,
+        "source": None if source is None else {
+            "file": source.file, "line": source.line, "function": source.function, "code": source.code},
+        "stack_trace": node.stack_trace,
+    }
+
+
+def _provider_json(name: str, run: AuditRun) -> dict[str, Any] | None:
+    if run.config is None:
+        return {"plugin": None, "source": UPSTREAM_PROVIDER, "op": None}
+    provision = run.config.provider_of(name)
+    if provision is None:
+        return None
+    return {"plugin": provision.plugin, "source": provision.source.describe(), "op": provision.op}
+
+
+def _model_json(audit: ModelAudit, run: AuditRun) -> dict[str, Any]:
+    kernels = []
+    for kernel in audit.kernels:
+        supported = kernel.name in audit.supported
+        kernels.append({
+            "name": kernel.name,
+            "mechanism": kernel.mechanism,
+            "op": kernel.op,
+            "status": "supported" if supported else "missing",
+            "provider": _provider_json(kernel.name, run) if supported else None,
+            "nodes": [_node_json(n) for n in kernel.graph_nodes],
+            "fixes": [] if supported else fix_hints(kernel, run),
+        })
+    failure = audit.failure
+    timings = {phase: round(audit.timings.get(phase, 0.0), 4) for phase in PHASES}
+    timings["total"] = round(sum(timings.values()), 4)
+    return {
+        "name": audit.name,
+        "status": audit.status,
+        "partitions": audit.partitions,
+        "kernels": kernels,
+        "missing": sorted(k.name for k in audit.missing),
+        "upstream_errors": list(audit.upstream_errors),
+        "failure": None if failure is None else {
+            "kind": failure.kind,
+            "phase": failure.phase,
+            "message": failure.message,
+            "op": failure.op,
+            "node": None if failure.node is None else _node_json(failure.node),
+        },
+        "timings_s": timings,
+    }
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def to_json(run: AuditRun) -> dict[str, Any]:
+    models = [_model_json(m, run) for m in run.models]
+    counts = {status: sum(m["status"] == status for m in models)
+              for status in ("clean", "missing", "limitation", "error")}
+    code = exit_code(run)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": "shimkit audit",
+        "versions": {name: _version(name) for name in ("shimkit", "torch", "executorch")},
+        "backend": "MetalBackend",
+        "device": "mps",
+        "plugins": run.plugins,
+        "status": {EXIT_CLEAN: "clean", EXIT_MISSING: "missing", EXIT_INCOMPLETE: "incomplete"}[code],
+        "exit_code": code,
+        "summary": {
+            "models": len(models),
+            **counts,
+            "missing_kernels": sorted({name for m in models for name in m["missing"]}),
+        },
+        "models": models,
+    }
+
+
+def _source_text(node: dict[str, Any]) -> str:
+    source = node["source"]
+    if source is None:
+        return f"{node['name']} ({node['target']}): no source line (the node was created by a pass)"
+    code = f": {source['code']}" if source["code"] else ""
+    return f"{node['name']} ({node['target']}) at {source['file']}:{source['line']} in {source['function']}{code}"
+
+
+def render_model(model: dict[str, Any]) -> str:
+    """One model's kernels, providers, missing kernels with nodes and fixes, or why it stopped."""
+    lines = [f"{model['name']}: {model['status'].upper()}"]
+    width = max((len(k["name"]) for k in model["kernels"]), default=0)
+    for kernel in model["kernels"]:
+        if kernel["status"] == "supported":
+            provider = kernel["provider"]
+            by = provider["plugin"] or provider["source"] if provider else "?"
+            lines.append(f"  {kernel['name']:<{width}}  {kernel['mechanism']:<14}  {by}")
+        else:
+            lines.append(f"  {kernel['name']:<{width}}  {kernel['mechanism']:<14}  MISSING")
+    for kernel in model["kernels"]:
+        if kernel["status"] != "missing":
+            continue
+        lines.append(f"  missing {kernel['name']}" + (f" (op {kernel['op']})" if kernel["op"] else ""))
+        for node in kernel["nodes"]:
+            lines.append(f"    from {_source_text(node)}")
+        for fix in kernel["fixes"]:
+            lines.append(f"    fix: {fix}")
+    failure = model["failure"]
+    if failure is not None:
+        label = ("audit limitation (lowering ran real work on the fake mps device)"
+                 if failure["kind"] == "limitation" else "audit could not run")
+        lines.append(f"  {label}, during {failure['phase']}: {failure['message']}")
+        if failure["op"]:
+            lines.append(f"    op {failure['op']}")
+        if failure["node"]:
+            lines.append(f"    at {_source_text(failure['node'])}")
+    if not model["kernels"] and failure is None:
+        lines.append("  (no c-shim or proxy-executor kernels: everything became generated Metal code)")
+    return "\n".join(lines)
+
+
+def render_table(document: dict[str, Any]) -> str:
+    """The multi-model summary: one row per model and a total line."""
+    header = ("model", "status", "kernels", "missing", *PHASES, "total")
+    rows = []
+    for model in document["models"]:
+        timings = model["timings_s"]
+        rows.append((model["name"], model["status"], str(len(model["kernels"])), str(len(model["missing"])),
+                     *(f"{timings[p]:.2f}" for p in PHASES), f"{timings['total']:.2f}"))
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    numeric = set(range(2, len(header)))
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    summary = document["summary"]
+    out = [line(header), line(tuple("-" * w for w in widths)), *map(line, rows)]
+    mode = "shimkit plugins" if document["plugins"] else "stock upstream (--no-plugins)"
+    out.append("")
+    out.append(f"{summary['models']} models with {mode}: {summary['clean']} clean, {summary['missing']} "
+               f"missing kernels, {summary['limitation']} audit limitations, {summary['error']} errors")
+    if summary["missing_kernels"]:
+        out.append(f"missing: {', '.join(summary['missing_kernels'])}")
+    return "\n".join(out)
+
+
+def render_text(document: dict[str, Any]) -> str:
+    sections = [render_model(m) for m in document["models"]]
+    if len(document["models"]) > 1:
+        sections.append(render_table(document))
+    return "\n\n".join(sections)
