@@ -4,13 +4,20 @@ Inductor emits ``aoti_torch_mps_addmm_out`` both for ``addmm`` in the graph and 
 ``mm + bias`` re-fusion (reference §5). Where a device has no addmm shim the decomposition below is
 applied instead; it keeps the exact semantics of ``beta`` and ``alpha``: ``beta == 0`` ignores ``self``
 (NaN and inf in it do not propagate) and ``alpha == 0`` ignores the product.
+
+On mps the plugin ships its own ``aoti_torch_mps_addmm_out`` (``csrc/kernels/addmm``): a portable plan
+(validation, layouts, graph-cache key) plus an MPSGraph implementation compiled by ExecuTorch's Metal
+runtime build from the sources listed below. The Metal sources are NOT compiled or run on Linux, and
+have not been run on a Mac by shimkit's CI; on Linux the same adapter runs the reference kernel as
+``shimkit_ref_addmm_out`` (see docs/kernels.md).
 """
 
 from __future__ import annotations
 
 import torch
 
-from shimkit.registry import OpPlugin, hookimpl
+from shimkit.csrc.build import metal_runtime_sources
+from shimkit.registry import OpPlugin, Shim, hookimpl
 
 ADDMM = "aten::addmm.default"
 
@@ -35,7 +42,9 @@ def shimkit_op_plugins():
     yield OpPlugin(
         name="addmm",
         ops=(ADDMM,),
+        shims=(Shim(op=ADDMM, device="mps", symbol="aoti_torch_mps_addmm_out",
+                    sources=metal_runtime_sources("addmm")),),
         decompositions={ADDMM: addmm_decomposition},
         references={ADDMM: torch.addmm},
-        doc="addmm: mm plus a scaled add where the device has no addmm shim.",
+        doc="addmm: shimkit's Metal kernel on mps; mm plus a scaled add where a device has no addmm shim.",
     )
