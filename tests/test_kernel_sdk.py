@@ -117,3 +117,48 @@ def test_metal_runtime_sources_cover_the_mps_shim():
     assert all(Path(s).is_absolute() and Path(s).exists() for s in sources)
     with pytest.raises(ValueError, match="no kernel 'nope'"):
         build.kernel_sources("nope")
+
+
+PLUGIN_KERNEL = r"""
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include "shimkit/layout.h"
+
+// A third-party kernel using shimkit's SDK: classify a [rows, cols] matrix given its strides.
+static std::string layout_of(std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+  static float storage[1];
+  shimkit::TensorView view;
+  view.data = storage;
+  view.sizes = sizes;
+  view.strides = strides;
+  shimkit::Status status = shimkit::validate_view(view, "matrix");
+  return status.is_ok() ? shimkit::layout_name(shimkit::classify_layout(view)) : status.message();
+}
+
+PYBIND11_MODULE(_kernels, m) { m.def("layout_of", &layout_of); }
+"""
+
+PLUGIN_SETUP = """
+from setuptools import setup
+from pybind11.setup_helpers import build_ext
+from shimkit.csrc.build import shimkit_extension
+
+setup(name="my_plugin", ext_modules=[shimkit_extension("my_plugin._kernels", ["kernel.cpp", "kernel.mm"])],
+      cmdclass={"build_ext": build_ext})
+"""
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="the .mm stand-in is meant to be skipped, which only Linux does")
+def test_a_plugin_package_builds_and_imports_its_own_kernel(tmp_path):
+    (tmp_path / "kernel.cpp").write_text(PLUGIN_KERNEL)
+    (tmp_path / "kernel.mm").write_text("#error Metal sources must not be compiled off macOS\n")
+    (tmp_path / "setup.py").write_text(PLUGIN_SETUP)
+    (tmp_path / "my_plugin").mkdir()
+    (tmp_path / "my_plugin" / "__init__.py").write_text("")
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tmp_path,
+                   check=True, capture_output=True)
+    probe = ("from my_plugin._kernels import layout_of; "
+             "print(layout_of([3, 4], [1, 3]), '|', layout_of([2, -1], [1, 1]))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, check=True,
+                            capture_output=True, text=True)
+    assert result.stdout.strip() == "transposed | matrix has a negative size: [2, -1]"
