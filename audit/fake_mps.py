@@ -137,7 +137,8 @@ def move_program_to_fake_mps(edge_program: Any, real_values: RealValues) -> Any:
         if not isinstance(tensor, torch._subclasses.FakeTensor):
             # _to_copy keeps strides of a dense tensor; clone(preserve_format) makes the same choice.
             real = tensor.detach().clone(memory_format=torch.preserve_format)
-            tensor = fake_mode.from_tensor(real)
+            # Weights and constants have fixed shapes; without this a shape env would make them symbolic.
+            tensor = fake_mode.from_tensor(real, static_shapes=True)
         with fake_mode, torch.no_grad():
             moved = torch.ops.aten._to_copy.default(tensor, device=MPS)
         if real is not None:

@@ -169,7 +169,8 @@ def node_op_label(target: Any) -> str:
 
 
 def _describe_failure(error: BaseException, watch: _LoweringWatch) -> Failure:
-    message = f"{type(error).__name__}: {error}".strip()
+    text = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    message = f"{type(error).__name__}: {text}"
     chain = [error]
     while chain[-1].__cause__ is not None or chain[-1].__context__ is not None:
         chain.append(chain[-1].__cause__ or chain[-1].__context__)
@@ -181,7 +182,7 @@ def _describe_failure(error: BaseException, watch: _LoweringWatch) -> Failure:
         op = node_op_label(fx_node.target)
     return Failure(
         kind="limitation" if real_work and watch.current_phase != "to_edge" else "error",
-        phase=watch.current_phase, message=message.splitlines()[0][:500], op=op, node=node,
+        phase=watch.current_phase, message=message[:500], op=op, node=node,
         traceback="".join(traceback.format_exception(error)))
 
 
