@@ -1,0 +1,23 @@
+"""Composable FX graph passes for AOTInductor-based ExecuTorch backends.
+
+Every pass is a torch.fx ``PassBase`` returning ``PassResult(graph_module, modified)``, and is callable
+the way ``AotiBackend.preprocess`` calls custom passes: on a ``GraphModule``, or on the
+``ExportedProgram`` when it sets ``requires_exported_program``. See ``docs/passes.md``.
+
+>>> from shimkit.passes import Pipeline
+>>> pipeline = Pipeline.for_device("mps")  # the passes the registry's plugins contribute  # doctest: +SKIP
+>>> pipeline(edge_program)                                                                 # doctest: +SKIP
+"""
+
+from shimkit.passes.addmm import AddmmPolicy
+from shimkit.passes.base import PassContext, PassError, PassResult, ShimkitPass, describe_node
+from shimkit.passes.decompose import DecomposeInPlace
+from shimkit.passes.linear import DecomposeLinear
+from shimkit.passes.pipeline import PassRecord, Pipeline, PipelineError, PipelineReport, count_ops
+from shimkit.passes.view_replacement import VIEW_OF_COPY, ReplaceViewCopyWithView
+
+__all__ = [
+    "AddmmPolicy", "DecomposeInPlace", "DecomposeLinear", "PassContext", "PassError", "PassRecord",
+    "PassResult", "Pipeline", "PipelineError", "PipelineReport", "ReplaceViewCopyWithView", "ShimkitPass",
+    "VIEW_OF_COPY", "count_ops", "describe_node",
+]

@@ -1,0 +1,90 @@
+"""Decompose ``linear`` with bias where the device has no ``addmm`` shim.
+
+``aten::linear`` with a 2-D input and a bias is ``addmm`` in ATen, and Inductor re-fuses ``mm`` plus a
+bias add into ``addmm`` after any graph-level rewrite (reference §5), so on a device without an addmm
+shim a backend would record ``aoti_torch_mps_addmm_out``. Upstream's ``DecomposeLinearPass`` dodges
+the fusion by unsqueezing 2-D inputs to 3-D, which Inductor folds away again at batch 1; the
+Parakeet export wrote a custom decomposition to avoid both addmm and a 0-stride view of the bias.
+
+This pass rewrites ``linear(x, w, b)`` as ``add(mm(x, t(w)), b)`` (``matmul`` for other ranks): the
+bias is broadcast by the pointwise add, never viewed with a 0 stride. The post-grad
+:class:`~shimkit.passes.inductor.PostGradPipeline` (``unfuse_addmm``) undoes Inductor's re-fusion.
+Where the device has an addmm shim (``keep_addmm``) linears are left alone.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import fx
+
+from shimkit.passes.base import PassContext, PassError, ShimkitPass
+from shimkit.passes.meta import ValueComputer, argument_values, fake_mode_of
+from shimkit.passes.ops import aten_op, like
+
+aten = torch.ops.aten
+
+
+class DecomposeLinear(ShimkitPass):
+    """``linear(x, w, b)`` → ``add(mm(x, t(w)), b)`` unless the device keeps ``addmm``."""
+
+    name = "decompose_linear"
+
+    def __init__(self, keep_addmm: bool = False) -> None:
+        self.keep_addmm = keep_addmm
+
+    @classmethod
+    def from_capabilities(cls, capabilities) -> "DecomposeLinear":
+        return cls(keep_addmm=capabilities.has_shim("aten::addmm"))
+
+    def transform(self, graph: fx.Graph, context: PassContext) -> bool:
+        if self.keep_addmm:
+            return False
+        linears = [n for n in graph.nodes if n.op == "call_function" and aten_op(n.target) is aten.linear.default
+                   and _bias(n) is not None]
+        if not linears:
+            return False
+        computer = ValueComputer(fake_mode_of(graph))
+        for node in linears:
+            self._decompose(graph, node, computer)
+        return True
+
+    def _decompose(self, graph: fx.Graph, node: fx.Node, computer: ValueComputer) -> None:
+        x, weight = node.args[0], node.args[1]
+        bias = _bias(node)
+        x_value = x.meta.get("val") if isinstance(x, fx.Node) else None
+        if x_value is None:
+            raise PassError(self.pass_name, node, f"input {x} has no meta['val']: the rank decides between "
+                            f"mm and matmul")
+        product_op = aten.mm.default if x_value.dim() == 2 else aten.matmul.default
+        with graph.inserting_before(node):
+            transposed = self._create(graph, node, like(aten.t.default, node.target), (weight,),
+                                      f"{node.name}_weight_t", computer, is_view=True)
+            product = self._create(graph, node, like(product_op, node.target), (x, transposed),
+                                   f"{node.name}_{product_op.__name__.split('.')[0]}", computer)
+        # The linear node itself becomes the bias add: it keeps its name, users and provenance.
+        node.target = like(aten.add.Tensor, node.target)
+        node.args, node.kwargs = (product, bias), {}
+        self._set_value(node, computer)
+
+    def _create(self, graph: fx.Graph, origin: fx.Node, target, args, name: str, computer: ValueComputer,
+                is_view: bool = False) -> fx.Node:
+        new = graph.create_node("call_function", target, args, {}, name=name)
+        for key in ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node", "custom"):
+            if key in origin.meta:
+                new.meta[key] = origin.meta[key]
+        self._set_value(new, computer, is_view)
+        return new
+
+    @staticmethod
+    def _set_value(node: fx.Node, computer: ValueComputer, is_view: bool = False) -> None:
+        try:
+            args, kwargs = argument_values(node)
+        except KeyError:
+            return  # inputs without values: nothing to derive (the graph had none to keep right)
+        node.meta["val"] = computer.value_of(computer.layout_of(node.target, args, kwargs, is_view=is_view))
+
+
+def _bias(node: fx.Node):
+    if len(node.args) > 2:
+        return node.args[2]
+    return node.kwargs.get("bias")
