@@ -14,4 +14,5 @@ BUILTIN_MODULES = (
     "metal_custom_ops",
     "addmm",
     "view_copy",
+    "core_passes",
 )
