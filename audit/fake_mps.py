@@ -197,46 +197,41 @@ def _same_fake_storage(original: Callable[..., bool]) -> Callable[..., bool]:
 
 
 def _scaled_dot_product_attention_as_on_mps(patches: ScopedPatches) -> None:
-    """Route SDPA on mps tensors the way ATen's composite does in an MPS build.
+    """Route SDPA on mps tensors the way ATen's composite does in an MPS build (attention.cpp).
 
-    The composite asks ``_fused_sdp_choice_stub`` whether the device has a fused kernel; a build
-    without MPS asserts on that question. An MPS build has none, so the math backend runs, and for
-    mps inputs without dropout or autograd it calls ``_scaled_dot_product_attention_math_for_mps``
-    (attention.cpp). Mask conversion follows ``convert_boolean_attn_mask``: ``True`` keeps, ``False``
-    adds ``-inf``. Contiguity is not checked: macOS 15 and newer take this path for any layout.
-    Other devices go to the stock composite.
+    The composite first asks ``_fused_sdp_choice_stub`` whether the device has a fused kernel; a
+    build without MPS asserts on that question for an mps tensor. An MPS build has none, so the math
+    backend runs: ``_scaled_dot_product_attention_math_for_mps`` for inputs without dropout,
+    autograd or nesting, else ``_scaled_dot_product_attention_math``. Contiguity is not checked:
+    macOS 15 and newer take the mps path for any layout. A boolean mask becomes additive first
+    (``convert_boolean_attn_mask``: ``True`` keeps, ``False`` adds ``-inf``).
+
+    The kernel is registered for ``AutogradMPS``, the first key an mps tensor dispatches on, so it
+    serves every caller (aot-autograd tracing, and passes that run ops under fake mode) and leaves
+    other devices on the stock composite. Destroying the library on exit removes it.
     """
-    from torch._C import DispatchKey
-
-    sdpa = torch.ops.aten.scaled_dot_product_attention.default
-    for_mps = torch.ops.aten._scaled_dot_product_attention_math_for_mps.default
-    accepted = {argument.name for argument in for_mps._schema.arguments}
-    composite = DispatchKey.CompositeImplicitAutograd
+    aten = torch.ops.aten
+    for_mps = aten._scaled_dot_product_attention_math_for_mps.default
+    for_mps_takes_gqa = any(a.name == "enable_gqa" for a in for_mps._schema.arguments)
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                                     scale=None, enable_gqa=False):
-        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
-        nested = any(t.is_nested for t in (query, key, value))
-        if query.device.type != "mps" or dropout_p != 0.0 or needs_grad or nested:
-            return sdpa._op_dk(composite, query, key, value, attn_mask, dropout_p, is_causal,
-                               scale=scale, enable_gqa=enable_gqa)
+                                     *, scale=None, enable_gqa=False):
         if attn_mask is not None and attn_mask.dtype == torch.bool:
             attn_mask = torch.where(attn_mask, 0.0, torch.scalar_tensor(
                 float("-inf"), dtype=query.dtype, device=attn_mask.device))
-        options = {"attn_mask": attn_mask, "dropout_p": dropout_p, "is_causal": is_causal,
-                   "scale": scale, "enable_gqa": enable_gqa}
-        if not enable_gqa:
-            options.pop("enable_gqa")
-        elif "enable_gqa" not in accepted:
+        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+        if dropout_p != 0.0 or needs_grad or any(t.is_nested for t in (query, key, value)):
+            return aten._scaled_dot_product_attention_math.default(
+                query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
+        if enable_gqa and not for_mps_takes_gqa:
             repeats = query.size(-3) // key.size(-3)
             key, value = key.repeat_interleave(repeats, -3), value.repeat_interleave(repeats, -3)
-            options.pop("enable_gqa")
-        return for_mps(query, key, value, **options)[0]
+        options = {"enable_gqa": enable_gqa} if for_mps_takes_gqa else {}
+        return for_mps(query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, **options)[0]
 
-    patches.replace_item(sdpa.py_kernels, composite, scaled_dot_product_attention)
-    # The op caches which kernel serves each dispatch key; drop that now and after restoring.
-    sdpa._dispatch_cache.clear()
-    patches.on_undo(sdpa._dispatch_cache.clear)
+    library = torch.library.Library("aten", "IMPL")
+    library.impl("scaled_dot_product_attention", scaled_dot_product_attention, "AutogradMPS")
+    patches.on_undo(library._destroy)
 
 
 class _FactoriesOnCpu(TorchDispatchMode):
@@ -270,11 +265,12 @@ def _uniform_constants_folded_on_cpu(patches: ScopedPatches, real_values: RealVa
     patches.replace(UniformValueConstantFolder, "_deduce_value", _deduce_value)
 
 
-def _index_by_ops(tensor: torch.Tensor, index: Any) -> torch.Tensor | None:
-    """Python indexing as the ATen ops ``applySlicing`` (python_variable_indexing.cpp) applies: an int
-    selects, a slice slices, ``None`` unsqueezes, ``...`` skips dims, and integer index tensors are
-    gathered by one ``aten.index.Tensor`` with ``None`` for every other dim. Returns ``None`` for
-    forms left to the original (bool scalars and masks, non-positive steps, several ellipses)."""
+def _slice_by_ops(tensor: torch.Tensor, index: Any) -> tuple[torch.Tensor, list] | None:
+    """The basic-indexing half of Python indexing, as ``applySlicing`` (python_variable_indexing.cpp)
+    applies it: an int selects, a slice slices, ``None`` unsqueezes, ``...`` skips dims. Returns the
+    view and the integer index tensors left for advanced indexing (``None`` for every other dim), or
+    ``None`` for forms left to the original (bool scalars and masks, non-positive steps, several
+    ellipses)."""
     aten = torch.ops.aten
     entries = index if isinstance(index, tuple) else (index,)
     if sum(entry is Ellipsis for entry in entries) > 1:
@@ -306,28 +302,103 @@ def _index_by_ops(tensor: torch.Tensor, index: Any) -> torch.Tensor | None:
             dim += 1
         else:
             return None
+    return result, gathered
+
+
+def index_by_ops(tensor: torch.Tensor, index: Any) -> torch.Tensor | None:
+    """``tensor[index]`` as ATen ops: the basic-indexing view, then one ``aten.index.Tensor``."""
+    sliced = _slice_by_ops(tensor, index)
+    if sliced is None:
+        return None
+    view, gathered = sliced
     if any(entry is not None for entry in gathered):
-        result = aten.index.Tensor(result, gathered)
-    return result
+        return torch.ops.aten.index.Tensor(view, gathered)
+    return view
 
 
-def _indexing_on_fake_mps(patches: ScopedPatches) -> None:
-    """``Tensor.__getitem__`` takes a C++ device guard, which a build without MPS cannot give for an
-    mps tensor. Fake mode meets it when it runs a Python decomposition only to infer output metadata
-    (``grid_sampler_2d`` and ``im2col`` index with ints, slices, ``...`` and tensors); the same ops,
-    called directly, need no guard.
+def assign_by_ops(tensor: torch.Tensor, index: Any, value: Any) -> bool:
+    """``tensor[index] = value`` as ATen ops (``copy_``/``fill_`` on the view, or ``index_put_``);
+    returns whether the form was handled."""
+    aten = torch.ops.aten
+    sliced = _slice_by_ops(tensor, index)
+    if sliced is None:
+        return False
+    view, gathered = sliced
+    if any(entry is not None for entry in gathered):
+        if not isinstance(value, torch.Tensor):
+            value = torch.scalar_tensor(value, dtype=tensor.dtype, device=tensor.device)
+        aten.index_put_.default(view, gathered, value)
+    elif isinstance(value, torch.Tensor):
+        aten.copy_.default(view, value)
+    else:
+        aten.fill_.Scalar(view, value)
+    return True
+
+
+def contiguous_by_ops(tensor: torch.Tensor, memory_format: torch.memory_format) -> torch.Tensor:
+    """``Tensor.contiguous``: the tensor itself when already laid out so, else a clone in that layout."""
+    if tensor.is_contiguous(memory_format=memory_format):
+        return tensor
+    return torch.ops.aten.clone.default(tensor, memory_format=memory_format)
+
+
+def to_by_ops(tensor: torch.Tensor, *args: Any, copy: bool = False, **kwargs: Any) -> torch.Tensor:
+    """``Tensor.to``: the tensor itself when nothing would change (``to_will_alias``), else
+    ``aten._to_copy``."""
+    device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*args, **kwargs)
+    same_device = device is None or (device.type == tensor.device.type
+                                     and device.index in (None, tensor.device.index))
+    same_dtype = dtype is None or dtype == tensor.dtype
+    keeps_layout = memory_format in (None, torch.preserve_format) or tensor.is_contiguous(
+        memory_format=memory_format)
+    if same_device and same_dtype and keeps_layout and not copy:
+        return tensor
+    return torch.ops.aten._to_copy.default(
+        tensor, dtype=dtype, device=device, non_blocking=non_blocking,
+        memory_format=memory_format or torch.preserve_format)
+
+
+def _device_guarded_methods_on_fake_mps(patches: ScopedPatches) -> None:
+    """A few hand-written ``Tensor`` methods take a C++ device guard, which a build without MPS
+    cannot give for an mps tensor: indexing and index assignment, ``contiguous``, ``to``, ``copy_``.
+    Fake-mode Python code meets them when it runs a decomposition or a fake kernel only to infer
+    output metadata (``grid_sampler_2d`` and ``im2col`` index with tensors, the conv1d fake kernel
+    calls ``contiguous``). On fake mps tensors they are replaced by the ATen ops they perform, which
+    need no guard; forms the replacements do not cover go to the original (and fail as before).
     """
     fake_tensor_cls = torch._subclasses.FakeTensor
-    original = fake_tensor_cls.__getitem__
+    originals = {name: getattr(fake_tensor_cls, name)
+                 for name in ("__getitem__", "__setitem__", "contiguous", "to", "copy_")}
 
     def __getitem__(self, index):
         if self.device.type == "mps":
-            result = _index_by_ops(self, index)
+            result = index_by_ops(self, index)
             if result is not None:
                 return result
-        return original(self, index)
+        return originals["__getitem__"](self, index)
 
-    patches.replace(fake_tensor_cls, "__getitem__", __getitem__)
+    def __setitem__(self, index, value):
+        if self.device.type != "mps" or not assign_by_ops(self, index, value):
+            originals["__setitem__"](self, index, value)
+
+    def contiguous(self, memory_format=torch.contiguous_format):
+        if self.device.type == "mps":
+            return contiguous_by_ops(self, memory_format)
+        return originals["contiguous"](self, memory_format=memory_format)
+
+    def to(self, *args, **kwargs):
+        if self.device.type == "mps" and len(args) <= 2:
+            return to_by_ops(self, *args, **kwargs)
+        return originals["to"](self, *args, **kwargs)
+
+    def copy_(self, src, non_blocking=False):
+        if self.device.type == "mps":
+            return torch.ops.aten.copy_.default(self, src, non_blocking)
+        return originals["copy_"](self, src, non_blocking)
+
+    for name, method in (("__getitem__", __getitem__), ("__setitem__", __setitem__),
+                         ("contiguous", contiguous), ("to", to), ("copy_", copy_)):
+        patches.replace(fake_tensor_cls, name, method)
 
 
 def _importable_torchao_cshim(patches: ScopedPatches) -> None:
@@ -413,7 +484,7 @@ def fake_mps_lowering(backend_cls: type | None = None) -> Iterator[FakeMpsSessio
         patches.replace(torch.mps, "is_available", lambda: True)
         _scaled_dot_product_attention_as_on_mps(patches)
         _uniform_constants_folded_on_cpu(patches, session.real_values)
-        _indexing_on_fake_mps(patches)
+        _device_guarded_methods_on_fake_mps(patches)
         _importable_torchao_cshim(patches)
         yield session
     finally:

@@ -109,16 +109,20 @@ def _current_ir_node() -> Any:
     return None
 
 
-def _op_name(ir_node: Any) -> str | None:
-    from shimkit.registry import canonical_op_name
+def op_label(target: Any) -> str:
+    """``aten::mm.default`` for any spelling of an op (edge ops included), else ``str(target)``."""
+    from shimkit.registry.ops import node_op_name
 
+    return node_op_name(target) or str(target)
+
+
+def graph_node(node: Any) -> GraphNode:
+    return GraphNode(node.name, op_label(node.target), node.meta.get("stack_trace"))
+
+
+def _op_name(ir_node: Any) -> str | None:
     op = getattr(ir_node, "op_overload", None)
-    if op is None:
-        return None
-    try:
-        return canonical_op_name(op)
-    except Exception:  # higher-order operators have no overload name
-        return str(op)
+    return None if op is None else op_label(op)
 
 
 def _graph_nodes(ir_node: Any) -> list[GraphNode]:
@@ -133,7 +137,7 @@ def _graph_nodes(ir_node: Any) -> list[GraphNode]:
         if packet is not None:
             same_op = [n for n in nodes if getattr(getattr(n.target, "_schema", None), "name", None) == packet.name]
             nodes = same_op or nodes
-    return [GraphNode(n.name, str(n.target), n.meta.get("stack_trace")) for n in nodes]
+    return [graph_node(n) for n in nodes]
 
 
 @dataclass

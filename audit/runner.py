@@ -19,7 +19,7 @@ import torch
 
 from shimkit.audit.fake_mps import ScopedPatches, fake_mps_lowering
 from shimkit.audit.loader import LoadedModel
-from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder
+from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder, graph_node
 
 PHASES = ("export", "to_edge", "backend_passes", "inductor", "codegen")
 
@@ -162,12 +162,6 @@ def _watch_lowering(patches: ScopedPatches, backend_cls: type, clock: _PhaseCloc
     patches.replace(torch.fx.Interpreter, "run_node", run_node)
 
 
-def node_op_label(target: Any) -> str:
-    from shimkit.registry.ops import node_op_name
-
-    return node_op_name(target) or str(target)
-
-
 def _describe_failure(error: BaseException, watch: _LoweringWatch) -> Failure:
     text = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
     message = f"{type(error).__name__}: {text}"
@@ -178,8 +172,8 @@ def _describe_failure(error: BaseException, watch: _LoweringWatch) -> Failure:
     node = op = None
     fx_node = next((getattr(e, _FAILING_NODE) for e in chain if hasattr(e, _FAILING_NODE)), None)
     if fx_node is not None:
-        node = GraphNode(fx_node.name, str(fx_node.target), fx_node.meta.get("stack_trace"))
-        op = node_op_label(fx_node.target)
+        node = graph_node(fx_node)
+        op = node.target
     return Failure(
         kind="limitation" if real_work and watch.current_phase != "to_edge" else "error",
         phase=watch.current_phase, message=message[:500], op=op, node=node,

@@ -18,7 +18,7 @@ from shimkit.audit import audit_loaded, fake_mps_lowering, load_model
 from shimkit.audit.fake_mps import TORCHAO_MPS_CSHIM
 
 MISSING = object()
-SDPA = torch.ops.aten.scaled_dot_product_attention.default
+SDPA_NAME = "aten::scaled_dot_product_attention"
 
 PATCHED = [
     (MetalBackend, "move_program_to_device"),
@@ -32,6 +32,10 @@ PATCHED = [
     (torch.backends.mps, "is_available"),
     (torch.mps, "is_available"),
     (torch._subclasses.FakeTensor, "__getitem__"),
+    (torch._subclasses.FakeTensor, "__setitem__"),
+    (torch._subclasses.FakeTensor, "contiguous"),
+    (torch._subclasses.FakeTensor, "to"),
+    (torch._subclasses.FakeTensor, "copy_"),
     (torch._subclasses.FakeTensor, "item"),
     (torch._subclasses.FakeTensor, "tolist"),
     (UniformValueConstantFolder, "_deduce_value"),
@@ -44,14 +48,14 @@ PATCHED = [
 
 def _snapshot():
     state = {(owner, name): vars(owner).get(name, MISSING) for owner, name in PATCHED}
-    state[("py_kernels", "sdpa")] = SDPA.py_kernels.get(torch._C.DispatchKey.CompositeImplicitAutograd, MISSING)
+    state[("dispatch table", "sdpa")] = torch._C._dispatch_dump_table(SDPA_NAME)
     state[("sys.modules", TORCHAO_MPS_CSHIM)] = sys.modules.get(TORCHAO_MPS_CSHIM, MISSING)
     return state
 
 
 def _assert_restored(before):
     after = _snapshot()
-    changed = [key for key in before if after[key] is not before[key]]
+    changed = [key for key in before if after[key] != before[key]]
     assert not changed, f"not restored: {changed}"
 
 

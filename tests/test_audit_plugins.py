@@ -1,14 +1,12 @@
-"""The decompositions shimkit adds for zoo gaps (cumsum, baddbmm) against the eager ops, and the
-fake-mps indexing replacement against Python indexing."""
+"""The decompositions shimkit adds for zoo gaps (cumsum, baddbmm) against the eager ops."""
 
 import math
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from shimkit.audit.fake_mps import _index_by_ops
 from shimkit.plugins.baddbmm import baddbmm_decomposition
 from shimkit.plugins.cumsum import cumsum_decomposition
 
@@ -94,38 +92,3 @@ def test_baddbmm_beta_zero_ignores_nan_in_self_but_checks_its_shape():
     assert not result.isnan().any()
     with pytest.raises(RuntimeError):
         baddbmm_decomposition(torch.ones(7), batch1, batch2, beta=0)
-
-
-def _index_entries(shape):
-    entry = st.one_of(
-        st.integers(-1, 1),
-        st.builds(slice, st.none() | st.integers(-3, 3), st.none() | st.integers(-3, 3),
-                  st.none() | st.integers(1, 2)),
-        st.none(),
-        st.lists(st.integers(0, 1), min_size=1, max_size=3).map(torch.tensor),
-    )
-    return st.lists(entry, max_size=len(shape) + 1).flatmap(
-        lambda entries: st.sampled_from(range(len(entries) + 1)).map(
-            lambda at: tuple(entries[:at]) + (Ellipsis,) + tuple(entries[at:])) | st.just(tuple(entries)))
-
-
-@settings(max_examples=200)
-@given(st.data())
-def test_index_by_ops_matches_python_indexing(data):
-    shape = data.draw(st.lists(st.integers(2, 4), min_size=1, max_size=4))
-    tensor = torch.arange(math.prod(shape)).reshape(shape)
-    index = data.draw(_index_entries(shape))
-    try:
-        expected = tensor[index]
-    except (IndexError, RuntimeError):
-        return  # Python rejects it (too many indices, out of range); nothing to compare
-    actual = _index_by_ops(tensor, index)
-    assert actual is not None, index
-    assert torch.equal(actual, expected), index
-
-
-def test_index_by_ops_leaves_masks_and_bool_scalars_to_python():
-    tensor = torch.arange(6).reshape(2, 3)
-    assert _index_by_ops(tensor, torch.tensor([True, False])) is None
-    assert _index_by_ops(tensor, (True,)) is None
-    assert _index_by_ops(tensor, (Ellipsis, 0, Ellipsis)) is None

@@ -1,0 +1,85 @@
+"""MODEL arguments: zoo names, file.py:factory, .pt2 — and clear errors for every way to get one wrong."""
+
+import pytest
+import torch
+
+from shimkit.audit import ModelLoadError, load_model
+from shimkit.audit.zoo import ZOO
+
+
+def _write(tmp_path, body, name="model.py"):
+    path = tmp_path / name
+    path.write_text("import torch\n" + body)
+    return path
+
+
+def test_every_zoo_model_loads_with_inputs_its_model_accepts():
+    for name in ZOO:
+        loaded = load_model(name)
+        assert loaded.name == name
+        with torch.no_grad():
+            loaded.model.eval()(*loaded.example_inputs)
+
+
+def test_zoo_factories_leave_the_global_rng_alone():
+    state = torch.random.get_rng_state()
+    load_model("mobilenet_v2")
+    assert torch.equal(state, torch.random.get_rng_state())
+
+
+def test_unknown_zoo_name_lists_the_zoo_and_suggests_a_close_name():
+    with pytest.raises(ModelLoadError) as error:
+        load_model("mobilenet_v3_smal")
+    message = str(error.value)
+    assert "'mobilenet_v3_smal' is not a zoo model" in message
+    assert "Did you mean mobilenet_v3_small" in message
+    assert "seed_split_linear" in message
+
+
+def test_file_factory_loads_model_and_inputs(tmp_path):
+    path = _write(tmp_path, "def make():\n    return torch.nn.ReLU(), torch.randn(2)\n")
+    loaded = load_model(f"{path}:make")
+    assert isinstance(loaded.model, torch.nn.ReLU)
+    assert len(loaded.example_inputs) == 1
+
+
+@pytest.mark.parametrize("body, spec_suffix, expected", [
+    ("", ":make", "no such file"),
+    ("def other():\n    pass\n", ":make", "defines no callable 'make'; callables defined there: other"),
+    ("def make():\n    raise ValueError('no weights here')\n", ":make",
+     "the factory raised ValueError: no weights here (at "),
+    ("def make():\n    return torch.nn.ReLU()\n", ":make", "must return (model, example_inputs), got ReLU"),
+    ("def make():\n    return torch.nn.ReLU(), 3\n", ":make", "example_inputs must be a tensor or a tuple"),
+    ("raise ImportError('broken import')\n", ":make", "importing"),
+    ("def make():\n    pass\n", ":1make", "is not a Python identifier"),
+])
+def test_bad_file_factory_errors_say_what_is_wrong(tmp_path, body, spec_suffix, expected):
+    path = tmp_path / "missing.py" if expected == "no such file" else _write(tmp_path, body)
+    with pytest.raises(ModelLoadError, match=None) as error:
+        load_model(f"{path}{spec_suffix}")
+    assert expected in str(error.value)
+    assert str(path) in str(error.value)
+
+
+def test_python_file_without_factory_asks_for_one(tmp_path):
+    path = _write(tmp_path, "")
+    with pytest.raises(ModelLoadError, match="name the factory too"):
+        load_model(str(path))
+
+
+def test_saved_exported_program_loads(tmp_path):
+    model, inputs = ZOO["seed_split_linear"].factory()
+    path = tmp_path / "seed.pt2"
+    torch.export.save(torch.export.export(model, inputs), str(path))
+    loaded = load_model(str(path))
+    assert loaded.name == "seed.pt2"
+    assert isinstance(loaded.exported, torch.export.ExportedProgram)
+
+
+def test_bad_pt2_is_reported(tmp_path):
+    path = tmp_path / "garbage.pt2"
+    path.write_bytes(b"not a zip")
+    with pytest.raises(ModelLoadError, match="not a loadable ExportedProgram"):
+        load_model(str(path))
+    with pytest.raises(ModelLoadError, match="no such file"):
+        load_model(str(tmp_path / "absent.pt2"))

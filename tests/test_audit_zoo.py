@@ -1,0 +1,158 @@
+"""The bundled zoo through the whole audit: clean with shimkit's plugins, upstream's gaps with
+``--no-plugins``, the JSON document's schema, fix hints and the CLI's exit codes.
+
+Each zoo pass is audited once per module and shared by the tests that read it.
+"""
+
+import argparse
+import io
+import json
+
+import pytest
+import torch
+
+import shimkit.plugins.baddbmm
+import shimkit.plugins.cumsum
+from shimkit.audit import SCHEMA_VERSION, run_audit, to_json
+from shimkit.audit.cli import configure_parser, run
+from shimkit.audit.zoo import ZOO
+from shimkit.registry import PluginRegistry
+
+GAP_PLUGINS = (shimkit.plugins.cumsum, shimkit.plugins.baddbmm)
+
+
+def shimkit_registry(**env):
+    """Built-in plugins (no third-party autoload) plus the zoo-gap plugins, whether or not they are
+    built-ins yet; ``env`` adds e.g. SHIMKIT_BLOCK_PLUGINS."""
+    registry = PluginRegistry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1", **env})
+    present = {entry.source.module for entry in registry.op_plugins(include_blocked=True)}
+    for module in GAP_PLUGINS:
+        if module.__name__ not in present:
+            registry.register(module)
+    return registry
+
+
+@pytest.fixture(scope="module")
+def with_plugins():
+    return to_json(run_audit(list(ZOO), plugins=True, registry=shimkit_registry()))
+
+
+@pytest.fixture(scope="module")
+def stock():
+    return to_json(run_audit([*ZOO, "no_such_model"], plugins=False, registry=shimkit_registry()))
+
+
+def _by_name(document):
+    return {model["name"]: model for model in document["models"]}
+
+
+def test_whole_zoo_audits_clean_with_shimkit_plugins(with_plugins):
+    problems = {m["name"]: (m["status"], m["missing"], m["failure"] and m["failure"]["message"])
+                for m in with_plugins["models"] if m["status"] != "clean"}
+    assert not problems
+    assert with_plugins["exit_code"] == 0
+    for model in with_plugins["models"]:
+        for kernel in model["kernels"]:
+            assert kernel["provider"]["plugin"], kernel  # every kernel names the plugin providing it
+
+
+def test_no_plugins_shows_upstreams_cumsum_and_baddbmm_gaps(stock):
+    models = _by_name(stock)
+    (cumsum,) = [k for k in models["cumsum"]["kernels"] if k["status"] == "missing"]
+    assert cumsum["op"] == "aten::cumsum.default"
+    # torch 2.13 records the c-shim fallback by its ATen call, 2.14 by the shim symbol.
+    assert cumsum["name"] in ("at::_ops::cumsum::call", "aoti_torch_mps_cumsum")
+    assert models["baddbmm"]["missing"] == ["aoti_torch_mps_baddbmm_out"]
+    for model, line in (("cumsum", "torch.cumsum(self.proj(x)"), ("baddbmm", "torch.baddbmm(")):
+        (kernel,) = [k for k in models[model]["kernels"] if k["status"] == "missing"]
+        sources = [n["source"] for n in kernel["nodes"]]
+        assert sources and sources[0]["file"].endswith("audit/zoo/ops.py")
+        assert line in sources[0]["code"]
+        assert models[model]["upstream_errors"][0].startswith("Method forward missing fallback kernels (1 total):")
+    others = {name: m["status"] for name, m in models.items() if name not in ("cumsum", "baddbmm", "no_such_model")}
+    assert set(others.values()) == {"clean"}, others
+
+
+def test_no_plugins_fix_hints_point_at_the_plugins_that_close_the_gaps(stock):
+    models = _by_name(stock)
+    for model, plugin in (("cumsum", "cumsum"), ("baddbmm", "baddbmm")):
+        (kernel,) = [k for k in models[model]["kernels"] if k["status"] == "missing"]
+        assert any(f"plugin {plugin!r}" in fix and "without --no-plugins" in fix for fix in kernel["fixes"])
+
+
+def test_blocked_plugin_is_named_as_the_fix():
+    registry = shimkit_registry(SHIMKIT_BLOCK_PLUGINS="cumsum")
+    document = to_json(run_audit(["cumsum"], plugins=True, registry=registry))
+    (kernel,) = [k for k in document["models"][0]["kernels"] if k["status"] == "missing"]
+    assert any("plugin 'cumsum'" in fix and "has a decomposition" in fix and "is blocked" in fix
+               for fix in kernel["fixes"])
+    assert document["exit_code"] == 1
+
+
+TOP = {"schema_version", "tool", "versions", "backend", "device", "plugins", "status", "exit_code", "summary", "models"}
+SUMMARY = {"models", "clean", "missing", "limitation", "error", "missing_kernels"}
+MODEL = {"name", "status", "partitions", "kernels", "missing", "upstream_errors", "failure", "timings_s"}
+KERNEL = {"name", "mechanism", "op", "status", "provider", "nodes", "fixes"}
+PROVIDER = {"plugin", "source", "op"}
+NODE = {"name", "target", "source", "stack_trace"}
+SOURCE = {"file", "line", "function", "code"}
+FAILURE = {"kind", "phase", "message", "op", "node"}
+TIMINGS = {"export", "to_edge", "backend_passes", "inductor", "codegen", "total"}
+
+
+def test_json_document_has_the_documented_schema(stock):
+    document = json.loads(json.dumps(stock))  # serialisable as is
+    assert document["schema_version"] == SCHEMA_VERSION == 1
+    assert set(document) == TOP
+    assert set(document["summary"]) == SUMMARY
+    assert set(document["versions"]) == {"shimkit", "torch", "executorch"}
+    assert document["status"] == "incomplete" and document["exit_code"] == 2  # the unknown model
+    for model in document["models"]:
+        assert set(model) == MODEL
+        assert model["status"] in ("clean", "missing", "limitation", "error")
+        assert set(model["timings_s"]) == TIMINGS
+        assert all(isinstance(v, float) for v in model["timings_s"].values())
+        if model["failure"] is not None:
+            assert set(model["failure"]) == FAILURE
+        for kernel in model["kernels"]:
+            assert set(kernel) == KERNEL
+            assert kernel["mechanism"] in ("c-shim", "proxy-executor")
+            assert kernel["status"] in ("supported", "missing")
+            assert (kernel["provider"] is None) == (kernel["status"] == "missing")
+            if kernel["provider"] is not None:
+                assert set(kernel["provider"]) == PROVIDER
+            assert bool(kernel["fixes"]) == (kernel["status"] == "missing")
+            for node in kernel["nodes"]:
+                assert set(node) == NODE
+                assert node["source"] is None or set(node["source"]) == SOURCE
+    failed = _by_name(document)["no_such_model"]
+    assert failed["status"] == "error" and failed["failure"]["phase"] == "load"
+    assert "is not a zoo model" in failed["failure"]["message"]
+
+
+def _cli(*argv):
+    args = configure_parser(argparse.ArgumentParser()).parse_args(list(argv))
+    stdout, stderr = io.StringIO(), io.StringIO()
+    return run(args, stdout=stdout, stderr=stderr), stdout.getvalue(), stderr.getvalue()
+
+
+def test_cli_exit_codes_json_and_progress():
+    code, out, err = _cli("--no-plugins", "--json", "baddbmm", "seed_split_linear")
+    document = json.loads(out)
+    assert code == 1 == document["exit_code"]
+    assert [m["status"] for m in document["models"]] == ["missing", "clean"]
+    assert "[1/2] baddbmm ... missing" in err and "[2/2] seed_split_linear ... clean" in err
+
+    code, out, _ = _cli("--no-plugins", "--quiet", "seed_split_linear")
+    assert code == 0 and out.startswith("seed_split_linear: CLEAN")
+
+    code, out, _ = _cli("--quiet", "mobilenet_v3_smal")
+    assert code == 2 and "Did you mean mobilenet_v3_small" in out
+
+
+def test_cli_refuses_untested_torch_and_lists_the_zoo(monkeypatch):
+    code, out, _ = _cli("--list-zoo")
+    assert code == 0 and all(name in out for name in ZOO)
+    monkeypatch.setattr(torch, "__version__", "2.12.0")
+    code, _, err = _cli("seed_split_linear")
+    assert code == 2 and "torch 2.12.0 is not supported" in err
