@@ -158,8 +158,10 @@ class ReplaceViewCopyWithView(ShimkitPass):
             # An output must not alias an input or another output where the program returned copies.
             if root.op == "placeholder" or count > 1:
                 last_write[root] = _NEVER
+        # Without a signature nothing says which inputs are written back; their write-back happens
+        # after the graph (in-graph writes are nodes, seen above), so only known ones are pinned.
         for node in graph.find_nodes(op="placeholder"):
-            if mutated_inputs is None or node.name in mutated_inputs:
+            if mutated_inputs is not None and node.name in mutated_inputs:
                 last_write[node] = _NEVER
         return last_write, roots
 

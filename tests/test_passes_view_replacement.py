@@ -1,0 +1,215 @@
+"""ReplaceViewCopyWithView: properties on generated graphs, and each hazard of reference §6."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from hypothesis import given, settings
+from torch import fx
+
+from passes_helpers import (assert_same_results, assert_values_fresh, propagate_values,
+                            view_copy_graphs)
+from shimkit.passes import VIEW_OF_COPY, ReplaceViewCopyWithView
+from shimkit.passes.ops import aten_op
+
+aten = torch.ops.aten
+
+
+def _copies(module: fx.GraphModule) -> list[fx.Node]:
+    return [n for n in module.graph.nodes if n.op == "call_function" and aten_op(n.target) in VIEW_OF_COPY]
+
+
+@settings(max_examples=60, deadline=None)
+@given(view_copy_graphs())
+def test_outputs_inputs_and_values_survive(generated):
+    module = copy.deepcopy(generated.module)
+    ReplaceViewCopyWithView()(module)
+    module.graph.lint()
+    assert_same_results(generated, module)
+    assert_values_fresh(module, generated.inputs)
+
+
+@settings(max_examples=30, deadline=None)
+@given(view_copy_graphs())
+def test_idempotent(generated):
+    module = copy.deepcopy(generated.module)
+    ReplaceViewCopyWithView()(module)
+    code = module.code
+    assert not ReplaceViewCopyWithView()(module).modified
+    assert module.code == code
+
+
+@settings(max_examples=40, deadline=None)
+@given(view_copy_graphs(mutations=False))
+def test_functional_graphs_keep_only_copies_that_must_stay(generated):
+    """Without writes, a copy stays only where it shares storage (once views) with a graph output
+    (on a bare graph any output may be written back), or where the view is impossible."""
+    module = copy.deepcopy(generated.module)
+    ReplaceViewCopyWithView()(module)
+    output_roots = {_root(n) for n in module.graph.output_node().args[0]}
+    for node in _copies(module):
+        view = VIEW_OF_COPY[aten_op(node.target)]
+        if _root(node) in output_roots or view is aten.as_strided.default:
+            continue
+        args = fx.node.map_arg(node.args, lambda n: n.meta["val"])
+        with pytest.raises(Exception):
+            with node.args[0].meta["val"].fake_mode:
+                view(*args, **node.kwargs)
+
+
+def _root(node: fx.Node) -> fx.Node:
+    """The node owning ``node``'s storage if every view-copy were a view."""
+    while node.op == "call_function":
+        op = aten_op(node.target)
+        aliases = op is None or op in VIEW_OF_COPY or bool(
+            op._schema.returns and op._schema.returns[0].alias_info)
+        if not aliases:
+            break
+        node = node.args[0]
+    return node
+
+
+def _module(build) -> fx.GraphModule:
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(build(graph, x))
+    return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def _prepared(build, example):
+    module = _module(build)
+    propagate_values(module, [example])
+    reference = copy.deepcopy(module)
+    ReplaceViewCopyWithView()(module)
+    x = example.clone()
+    assert all(torch.equal(a, b) for a, b in zip(module(x.clone()), reference(x.clone())))
+    return module
+
+
+def test_write_to_result_keeps_the_copy():
+    def build(g, x):
+        s = g.call_function(aten.slice_copy.Tensor, (x, 0, 0, 2))
+        g.call_function(aten.add_.Tensor, (s, 1.0))
+        return (g.call_function(aten.clone.default, (x,)), g.call_function(aten.clone.default, (s,)))
+    module = _prepared(build, torch.zeros(4, 3))
+    assert len(_copies(module)) == 1
+
+
+def test_write_to_base_after_the_view_keeps_the_copy():
+    def build(g, x):
+        y = g.call_function(aten.mul.Tensor, (x, 1.0))
+        p = g.call_function(aten.permute_copy.default, (y, [1, 0]))
+        g.call_function(aten.mul_.Tensor, (y, 3.0))
+        return (g.call_function(aten.clone.default, (p,)),)
+    module = _prepared(build, torch.ones(2, 3))
+    assert len(_copies(module)) == 1
+
+
+def test_write_through_getitem_of_split_keeps_the_copy():
+    def build(g, x):
+        y = g.call_function(aten.mul.Tensor, (x, 1.0))
+        parts = g.call_function(aten.split_copy.Tensor, (y, 1))
+        first = g.call_function(__import__("operator").getitem, (parts, 0))
+        second = g.call_function(__import__("operator").getitem, (parts, 1))
+        g.call_function(aten.add_.Tensor, (first, 5.0))
+        return (g.call_function(aten.clone.default, (y,)), g.call_function(aten.clone.default, (second,)))
+    module = _prepared(build, torch.ones(2, 3))
+    assert len(_copies(module)) == 1
+
+
+def test_write_before_the_view_allows_it():
+    def build(g, x):
+        y = g.call_function(aten.mul.Tensor, (x, 1.0))
+        g.call_function(aten.add_.Tensor, (y, 1.0))
+        p = g.call_function(aten.t_copy.default, (y,))
+        return (g.call_function(aten.clone.default, (p,)),)
+    module = _prepared(build, torch.ones(2, 3))
+    assert not _copies(module)
+
+
+def test_auto_functionalized_argument_keeps_the_copy():
+    from torch._higher_order_ops.auto_functionalize import auto_functionalized
+
+    lib = torch.library.Library("shimkit_test_views", "FRAGMENT")
+    lib.define("bump(Tensor(a!) x) -> ()")
+    lib.impl("bump", lambda x: x.add_(1), "CompositeExplicitAutograd")
+    try:
+        graph = fx.Graph()
+        x = graph.placeholder("x")
+        y = graph.call_function(aten.mul.Tensor, (x, 1.0))
+        s = graph.call_function(aten.slice_copy.Tensor, (y, 0, 0, 1))
+        graph.call_function(auto_functionalized, (torch.ops.shimkit_test_views.bump.default,), {"x": s})
+        graph.output((graph.call_function(aten.clone.default, (y,)),))
+        module = fx.GraphModule(torch.nn.Module(), graph)
+        for node in module.graph.nodes:
+            if node.op == "placeholder":
+                node.meta["val"] = torch.empty(2, 2)
+        assert not ReplaceViewCopyWithView()(module).modified
+    finally:
+        lib._destroy()
+
+
+def test_chain_that_cannot_be_a_view_keeps_the_copy():
+    # t then view(-1) needs a contiguous input: the t becomes a view, the flattening stays a copy.
+    def build(g, x):
+        y = g.call_function(aten.mul.Tensor, (x, 1.0))
+        t = g.call_function(aten.t_copy.default, (y,))
+        flat = g.call_function(aten.view_copy.default, (t, [6]))
+        return (g.call_function(aten.clone.default, (flat,)),)
+    module = _prepared(build, torch.arange(6.0).reshape(2, 3))
+    assert [aten_op(n.target) for n in _copies(module)] == [aten.view_copy.default]
+
+
+def test_views_that_would_alias_an_output_or_input_stay_copies():
+    def build(g, x):
+        return (g.call_function(aten.slice_copy.Tensor, (x, 0, 0, 1)),)
+    assert len(_copies(_prepared(build, torch.ones(3, 2)))) == 1
+
+
+def test_dense_input_policy_keeps_strided_results_away_from_shims():
+    def build(g, x):
+        y = g.call_function(aten.mul.Tensor, (x, 1.0))
+        t = g.call_function(aten.permute_copy.default, (y, [1, 0]))
+        return (g.call_function(aten.mm.default, (t, y)),)
+    module = _module(build)
+    propagate_values(module, [torch.ones(3, 3)])
+    ReplaceViewCopyWithView(needs_dense_input=lambda op: op is aten.mm.default)(module)
+    assert len(_copies(module)) == 1
+    ReplaceViewCopyWithView()(module)
+    assert not _copies(module)
+
+
+def test_mutated_buffer_of_an_exported_program():
+    class WithBuffer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("state", torch.zeros(4))
+
+        def forward(self, x):
+            head = self.state[:2]
+            self.state.add_(x)
+            return head * 2, x[1:] * 3
+
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    program = to_edge(torch.export.export(WithBuffer(), (torch.ones(4),)),
+                      compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
+    before = copy.deepcopy(program)
+    ReplaceViewCopyWithView()(program)
+    signature = program.graph_signature
+    outputs = program.graph.output_node().args[0]
+    written_back = {outputs[i].name for i, spec in enumerate(signature.output_specs)
+                    if spec.kind.name == "BUFFER_MUTATION"}
+    mutated_buffers = {spec.arg.name for spec in signature.input_specs if spec.target in signature.buffers_to_mutate.values()}
+    remaining = _copies(program.graph_module)
+    assert remaining and all(n.args[0].name in written_back | mutated_buffers for n in remaining)
+    assert len(remaining) < len(_copies(before.graph_module))  # x[1:] became a view
+    x = torch.arange(4.0)
+    assert all(torch.equal(a, b) for a, b in zip(program.module()(x), before.module()(x)))
+
+
+def test_rejects_unknown_ops():
+    with pytest.raises(ValueError, match="not a view-copy op"):
+        ReplaceViewCopyWithView(ops=[aten.add.Tensor])
