@@ -57,17 +57,15 @@ class ScopedPatches:
 
     applied: list[tuple[Any, Any, Any]] = field(default_factory=list)
 
-    def replace(self, owner: Any, name: str, value: Any) -> Any:
-        """Set ``owner.name`` to ``value``; returns what ``getattr`` gave before (to delegate to)."""
-        before = getattr(owner, name)
+    def replace(self, owner: Any, name: str, value: Any) -> None:
+        """Set ``owner.name`` to ``value`` until undone."""
         # The raw class/module dict entry, so classmethods and inherited attributes restore exactly.
         raw = vars(owner).get(name, _MISSING)
         self.applied.append((owner, name, raw))
         setattr(owner, name, value)
-        return before
 
     def replace_item(self, mapping: dict, key: Any, value: Any) -> None:
-        """Set ``mapping[key]`` (``sys.modules``, an op's ``py_kernels``) until undone."""
+        """Set ``mapping[key]`` (an entry of ``sys.modules``) until undone."""
         self.applied.append((mapping, key, mapping.get(key, _MISSING)))
         mapping[key] = value
 
@@ -174,12 +172,13 @@ def move_program_to_fake_mps(edge_program: Any, real_values: RealValues) -> Any:
 
 @dataclass
 class FakeMpsSession:
-    """What one :func:`fake_mps_lowering` scope collected: generated wrapper code per compiled graph."""
+    """One :func:`fake_mps_lowering` scope: its patches, the real values behind fake weights, and the
+    folder holding the stub files ``preprocess`` reads back."""
 
     patches: ScopedPatches
     real_values: RealValues
     workdir: str
-    wrapper_code: list[str] = field(default_factory=list)
+    compiled_graphs: int = 0
 
 
 def _same_fake_storage(original: Callable[..., bool]) -> Callable[..., bool]:
@@ -418,9 +417,9 @@ def fake_mps_lowering(backend_cls: type | None = None) -> Iterator[FakeMpsSessio
     """Make ``backend_cls.preprocess`` (default: ``MetalBackend``) lower on fake mps tensors.
 
     Inside the block, ``to_edge_transform_and_lower`` with the Metal partitioner runs export-side
-    passes, Inductor lowering, scheduling and cpp-wrapper codegen as on a Mac; the generated wrapper
-    is kept in the session instead of being compiled, and stub ``.so``/weights files (the wrapper
-    source, an empty blob) let ``preprocess`` finish.
+    passes, Inductor lowering, scheduling and cpp-wrapper codegen as on a Mac; instead of compiling,
+    stub ``.so``/weights files (the wrapper source, an empty blob) let ``preprocess`` finish. The
+    patches are process-wide: do not lower anything else in another thread meanwhile.
     """
     check_torch_version()
     import torch._inductor.codecache as codecache
@@ -453,8 +452,8 @@ def fake_mps_lowering(backend_cls: type | None = None) -> Iterator[FakeMpsSessio
 
         def compile_nothing(cls, graph, wrapper_code, kernel_code, serialized_extern_kernel_nodes, *,
                             device_type, additional_files):
-            session.wrapper_code.append(wrapper_code)
-            index = len(session.wrapper_code)
+            session.compiled_graphs += 1
+            index = session.compiled_graphs
             so_path = os.path.join(session.workdir, f"graph{index}.wrapper.so")
             blob_path = os.path.join(session.workdir, f"graph{index}.wrapper_weights.blob")
             with open(so_path, "w") as handle:
