@@ -14,5 +14,7 @@ BUILTIN_MODULES = (
     "metal_custom_ops",
     "addmm",
     "view_copy",
+    "cumsum",
+    "baddbmm",
     "core_passes",
 )

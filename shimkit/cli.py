@@ -128,7 +128,21 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("--cmake", action="store_true", help="print a CMake list of kernel sources")
     config.set_defaults(run=_cmd_config)
 
+    audit = commands.add_parser("audit", help="predict Metal lowering on Linux (default: the model zoo)",
+                                description="Predict which kernels a Metal export needs and who provides "
+                                            "them, on fake mps tensors. Exit 0: clean; 1: kernels "
+                                            "missing; 2: the audit could not run.")
+    _configure_audit(audit)
+
     return parser
+
+
+def _configure_audit(parser: argparse.ArgumentParser) -> None:
+    # The audit pulls in torch, executorch and Inductor: import it only when the command is used.
+    from shimkit.audit.cli import configure_parser, run
+
+    configure_parser(parser)
+    parser.set_defaults(run=run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
