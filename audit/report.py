@@ -186,7 +186,7 @@ def render_model(model: dict[str, Any]) -> str:
     for kernel in model["kernels"]:
         if kernel["status"] == "supported":
             provider = kernel["provider"]
-            by = provider["plugin"] or provider["source"] if provider else "?"
+            by = (provider["plugin"] or "upstream") if provider else "?"
             lines.append(f"  {kernel['name']:<{width}}  {kernel['mechanism']:<14}  {by}")
         else:
             lines.append(f"  {kernel['name']:<{width}}  {kernel['mechanism']:<14}  MISSING")
@@ -207,7 +207,9 @@ def render_model(model: dict[str, Any]) -> str:
             lines.append(f"    op {failure['op']}")
         if failure["node"]:
             lines.append(f"    at {_source_text(failure['node'])}")
-    if not model["kernels"] and failure is None:
+    if failure is None and model["partitions"] == 0:
+        lines.append("  (MetalPartitioner delegated nothing: no part of this model would run on Metal)")
+    elif not model["kernels"] and failure is None:
         lines.append("  (no c-shim or proxy-executor kernels: everything became generated Metal code)")
     return "\n".join(lines)
 
