@@ -112,7 +112,8 @@ class Pipeline(ShimkitPass):
     given order is kept except where a constraint moves a pass; a cycle is an error.
 
     Each iteration runs every pass; a pass is skipped when the graph has not changed since it last
-    ran (shimkit passes are idempotent; set ``idempotent = False`` on a pass to always re-run it).
+    ran and the pass is idempotent (shimkit passes are unless they set ``idempotent = False``; other
+    passes, and pipelines holding them, always re-run).
     If passes still change the graph after ``max_iterations`` iterations, :class:`PipelineError`.
 
     ``check=True`` lints the graph after every pass and checks that each node's ``meta["val"]`` is
@@ -152,6 +153,10 @@ class Pipeline(ShimkitPass):
         return any(getattr(p, "requires_exported_program", False) for _, p in self.passes)
 
     @property
+    def idempotent(self) -> bool:
+        return all(_idempotent(p) for _, p in self.passes)
+
+    @property
     def names(self) -> list[str]:
         return [name for name, _ in self.passes]
 
@@ -168,8 +173,7 @@ class Pipeline(ShimkitPass):
         for iteration in range(1, self.max_iterations + 1):
             modified_now: list[str] = []
             for index, (name, item) in enumerate(self.passes):
-                if last_run.get(index) == version and getattr(item, "idempotent", True) \
-                        and isinstance(item, ShimkitPass):
+                if last_run.get(index) == version and _idempotent(item):
                     continue
                 tick = time.perf_counter()
                 modified = self._run_one(name, item, graph, context)
@@ -262,6 +266,11 @@ class Pipeline(ShimkitPass):
 
     def __repr__(self) -> str:
         return f"Pipeline({self.pass_name!r}: {' -> '.join(self.names)})"
+
+
+def _idempotent(item: Any) -> bool:
+    """Shimkit passes are idempotent unless they say otherwise; other passes are not assumed to be."""
+    return getattr(item, "idempotent", isinstance(item, ShimkitPass))
 
 
 def _fingerprint(graph: fx.Graph) -> tuple:
