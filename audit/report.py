@@ -72,6 +72,9 @@ def fix_hints(kernel: KernelCall, run: AuditRun) -> list[str]:
                          f"add it to the shim's recorded_names")
         elif op in plugin.eliminated_by and plugin.eliminated_by[op] not in active_passes:
             hints.append(f"{what}, but no active plugin provides pass {plugin.eliminated_by[op]!r}")
+        elif op in plugin.eliminated_by:
+            hints.append(f"{what}, yet the op reached Inductor: the pass left this node in place (it keeps "
+                         f"ops whose removal would change meaning, e.g. a view of a mutated tensor)")
         elif op in plugin.decompositions:
             hints.append(f"{what}, yet Inductor still calls {kernel.name}: it re-creates the op after "
                          f"the decomposition (e.g. a post-grad fusion); a shim or a post-grad pass is needed")
