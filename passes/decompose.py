@@ -20,7 +20,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
 from shimkit.passes.base import PassContext, PassError, ShimkitPass
-from shimkit.passes.meta import _argument_key, fake_mode_of
+from shimkit.passes.meta import argument_key, fake_mode_of
 from shimkit.passes.ops import aten_op, edge_op, is_edge, is_getitem
 
 # Provenance a replacement inherits from the node it replaces, so errors and profiles still point at
@@ -119,7 +119,7 @@ class DecomposeInPlace(ShimkitPass):
         constants = [None if slot is not None else leaf for leaf, slot in zip(leaves, slots)]
         edge = is_edge(node.target)
         try:
-            key = (op, edge, spec, tuple(slots), _argument_key(constants), _argument_key(values))
+            key = (op, edge, spec, tuple(slots), argument_key(constants), argument_key(values))
             hash(key)
         except TypeError:  # symbolic sizes: trace for this node alone
             key = None

@@ -26,7 +26,6 @@ from torch.utils import _pytree as pytree
 
 from shimkit.passes.ops import aten_op
 
-Layout = tuple  # (sizes, strides, storage offset, dtype, device), or a tuple of those
 
 
 def fake_mode_of(graph: fx.Graph) -> FakeTensorMode | None:
@@ -77,7 +76,7 @@ def _is_static(spec: Any) -> bool:
     return not any(isinstance(x, torch.SymInt) for x in pytree.tree_leaves(spec))
 
 
-def _argument_key(value: Any) -> Any:
+def argument_key(value: Any) -> Any:
     """A hashable stand-in for an argument: tensors by layout, and 1, 1.0 and True kept apart."""
     kind = type(value)
     if kind in (int, float, bool, str) or value is None:
@@ -86,9 +85,9 @@ def _argument_key(value: Any) -> Any:
         return (tuple(value.shape), tuple(value.stride()), value.storage_offset(), value.dtype,
                 value.device)
     if kind in (list, tuple):
-        return (kind, tuple(_argument_key(v) for v in value))
+        return (kind, tuple(argument_key(v) for v in value))
     if kind is dict:
-        return (kind, tuple((k, _argument_key(v)) for k, v in value.items()))
+        return (kind, tuple((k, argument_key(v)) for k, v in value.items()))
     return (kind, value)
 
 
@@ -116,7 +115,7 @@ class ValueComputer:
     def layout_of(self, target: Any, args: tuple, kwargs: dict, *, is_view: bool = False) -> Any:
         """Layout of ``target(*args, **kwargs)``; raises what the op raises (e.g. an impossible view)."""
         try:
-            key = (target, _argument_key(args), _argument_key(kwargs))
+            key = (target, argument_key(args), argument_key(kwargs))
             hash(key)
         except TypeError:  # symbolic sizes
             return layout(self._run(target, args, kwargs, is_view))

@@ -20,7 +20,6 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch import fx
-from torch.export import ExportedProgram
 from torch.fx.passes.infra.pass_base import PassResult
 
 from shimkit.passes.base import PassContext, PassError, ShimkitPass, describe_node, sync_output_signature
