@@ -11,25 +11,15 @@ import json
 import pytest
 import torch
 
-import shimkit.plugins.baddbmm
-import shimkit.plugins.cumsum
 from shimkit.audit import SCHEMA_VERSION, run_audit, to_json
 from shimkit.audit.cli import configure_parser, run
 from shimkit.audit.zoo import ZOO
 from shimkit.registry import PluginRegistry
 
-GAP_PLUGINS = (shimkit.plugins.cumsum, shimkit.plugins.baddbmm)
-
-
 def shimkit_registry(**env):
-    """Built-in plugins (no third-party autoload) plus the zoo-gap plugins, whether or not they are
-    built-ins yet; ``env`` adds e.g. SHIMKIT_BLOCK_PLUGINS."""
-    registry = PluginRegistry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1", **env})
-    present = {entry.source.module for entry in registry.op_plugins(include_blocked=True)}
-    for module in GAP_PLUGINS:
-        if module.__name__ not in present:
-            registry.register(module)
-    return registry
+    """shimkit's built-in plugins only (third-party entry points would make the zoo's result depend
+    on the machine); ``env`` adds e.g. SHIMKIT_BLOCK_PLUGINS."""
+    return PluginRegistry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1", **env})
 
 
 @pytest.fixture(scope="module")
