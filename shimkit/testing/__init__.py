@@ -21,7 +21,7 @@ _EXPORTS = {
                    "broadcastable_shape_pairs", "broadcastable_shapes", "dtypes", "shapes", "small_values",
                    "special_values", "tensor_recipes", "tensors"),
     "opspecs": ("SELF", "OpSpec", "TensorArg", "UnsupportedOpError", "op_arguments", "op_spec"),
-    "graphs": ("INPLACE_OPS", "MATMUL_OPS", "POINTWISE_OPS", "VIEW_COPY_OPS", "VIEW_OPS", "Program",
+    "programs": ("INPLACE_OPS", "MATMUL_OPS", "POINTWISE_OPS", "VIEW_COPY_OPS", "VIEW_OPS", "Program",
                "graphs"),
     "properties": ("PropertyFailure", "apply", "assert_eliminates", "assert_idempotent",
                    "assert_matches_reference", "assert_meta_consistent", "assert_plugin_matches_reference",

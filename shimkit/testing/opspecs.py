@@ -98,18 +98,15 @@ def _dims(rank: int) -> st.SearchStrategy[int]:
     return st.sampled_from(list(range(rank)) + list(range(-rank, 0)))
 
 
-def _composition(total: int) -> st.SearchStrategy[list[int]]:
-    """Split sizes summing to ``total`` (zero-sized parts included)."""
-    @st.composite
-    def draw_parts(draw):
-        parts, left = [], total
-        while left > 0:
-            part = draw(st.integers(1, left))
-            parts.append(part)
-            left -= part
-        return parts
-
-    return draw_parts()
+@st.composite
+def _composition(draw, total: int) -> list[int]:
+    """Split sizes summing to ``total``."""
+    parts, left = [], total
+    while left > 0:
+        part = draw(st.integers(1, left))
+        parts.append(part)
+        left -= part
+    return parts
 
 
 def _view_shapes(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -138,6 +135,27 @@ def _viewable_shapes(value: torch.Tensor) -> list[tuple[int, ...]]:
     return viewable
 
 
+@st.composite
+def _draw_template(draw, value: torch.Tensor, arguments: list, rules: dict) -> tuple[tuple, dict]:
+    shape = tuple(value.shape)
+    # ``chosen`` holds effective values (defaults where omitted): later rules read them.
+    chosen: dict[str, Any] = {"self": value}
+    omitted: set[str] = set()
+    # Dims first: split sizes, indices and slice bounds depend on the side they index.
+    for argument in sorted(arguments[1:], key=lambda a: a.name not in _DIM_NAMES):
+        drawn = draw(rules[argument.name](shape, chosen))
+        if drawn is _OMIT:
+            omitted.add(argument.name)
+            drawn = argument.default_value
+        chosen[argument.name] = drawn
+    positional = [a for a in arguments[1:] if not a.kwarg_only]
+    while positional and positional[-1].name in omitted:
+        positional.pop()  # trailing defaults are left out, as people write the call
+    args = (SELF, *(chosen[a.name] for a in positional))
+    kwargs = {a.name: chosen[a.name] for a in arguments[1:] if a.kwarg_only and a.name not in omitted}
+    return args, kwargs
+
+
 def _derived_arguments(op: torch._ops.OpOverload) -> Callable[[tuple[int, ...]], st.SearchStrategy | None]:
     """Argument templates from the schema, by argument name and type; raises for unknown arguments."""
     schema = op._schema
@@ -157,27 +175,7 @@ def _derived_arguments(op: torch._ops.OpOverload) -> Callable[[tuple[int, ...]],
         if base == "select" and not any(shape):
             return None
 
-        @st.composite
-        def draw_template(draw):
-            # ``chosen`` holds effective values (defaults where omitted): later rules read them.
-            chosen: dict[str, Any] = {"self": value}
-            omitted: set[str] = set()
-            # Dims first: split sizes, indices and slice bounds depend on the side they index.
-            for argument in sorted(arguments[1:], key=lambda a: a.name not in _DIM_NAMES):
-                drawn = draw(rules[argument.name](shape, chosen))
-                if drawn is _OMIT:
-                    omitted.add(argument.name)
-                    drawn = argument.default_value
-                chosen[argument.name] = drawn
-            positional = [a for a in arguments[1:] if not a.kwarg_only]
-            while positional and positional[-1].name in omitted:
-                positional.pop()  # trailing defaults are left out, as people write the call
-            args = (SELF, *(chosen[a.name] for a in positional))
-            kwargs = {a.name: chosen[a.name] for a in arguments[1:]
-                      if a.kwarg_only and a.name not in omitted}
-            return args, kwargs
-
-        return draw_template()
+        return _draw_template(value, arguments, rules)
 
     return arguments_for
 

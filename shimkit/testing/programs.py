@@ -224,6 +224,19 @@ class _Drawing:
             return None
         return self.new_input(wanted.shape, wanted.recipe)
 
+    def repeatable_calls(self) -> list[Call]:
+        """Earlier calls with one tensor result (calls that only write, or return lists, are not)."""
+        single = {v.name for v in self.values}
+        return [c for c in self.calls if c.result in single and c.target is not operator.getitem]
+
+    def repeat(self, call: Call) -> None:
+        original = next(v for v in self.values if v.name == call.result)
+        name = self.fresh_name("v")
+        self.calls.append(Call(call.target, call.args, call.kwargs, name))
+        base = original.base if original.base != original.name else name
+        self.values.append(_Value(name, original.meta, base, original.writable, False))
+        self.used.update(a.name for a in call.args if isinstance(a, Ref))
+
     def add_call(self, spec: OpSpec) -> bool:
         """Draw one call of ``spec``; False when no valid call fits the program as it stands."""
         self_value = None
@@ -287,6 +300,18 @@ class _Drawing:
         return True
 
 
+@st.composite
+def _one_call(draw, drawing: _Drawing, specs: Sequence[OpSpec]) -> bool:
+    """One more call; False when the drawn call does not fit the program."""
+    drawing.draw = draw  # draws inside this span belong to it
+    repeatable = drawing.repeatable_calls()
+    if repeatable and draw(st.integers(0, 5)) == 5:
+        # A literal common subexpression: what CSE-style passes match, and may merge wrongly.
+        drawing.repeat(draw(st.sampled_from(repeatable)))
+        return True
+    return drawing.add_call(draw(st.sampled_from(specs)))
+
+
 class _NoRoom(Exception):
     """A call needs a new input but the program already has the most it may."""
 
@@ -326,18 +351,20 @@ def graphs(draw, ops: Sequence[Any] = VIEW_COPY_OPS + INPLACE_OPS + POINTWISE_OP
     drawing = _Drawing(draw, dtype, layouts, max_inputs)
     for _ in range(draw(st.integers(0, max_buffers))):
         drawing.add_leaf(draw(tensor_recipes(shapes(0, 3), dtype, layouts=False)), "buffer")
-    # Inputs are created as calls need them, so each fits the op that first reads it.
-    wanted, attempts = draw(st.integers(1, max_calls)), 0
-    made = 0
-    while made < wanted and attempts < 3 * wanted:
-        attempts += 1
-        made += drawing.add_call(draw(st.sampled_from(specs)))
+    # Inputs are created as calls need them, so each fits the op that first reads it. Each call is
+    # one span of choices, which hypothesis can delete whole when shrinking.
+    wanted, made = draw(st.integers(1, max_calls)), 0
+    for _ in range(3 * wanted):
+        if made == wanted:
+            break
+        made += draw(_one_call(drawing, specs))
     assume(made > 0)
     computed = [v for v in drawing.values if not v.is_leaf]
-    # Unused results must be outputs or the call is dead; the rest are outputs by chance.
+    # Unused results must be outputs or their calls are dead; the latest are kept, as they depend on
+    # the most. The rest are outputs by chance.
     unused = [v.name for v in computed if v.name not in drawing.used]
     others = [v.name for v in computed if v.name in drawing.used]
-    outputs = unused[:max_outputs]
+    outputs = unused[-max_outputs:]
     if others and len(outputs) < max_outputs:
         outputs += draw(st.lists(st.sampled_from(others), max_size=max_outputs - len(outputs), unique=True))
     if not outputs:

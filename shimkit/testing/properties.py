@@ -2,7 +2,7 @@
 
 Every graph property takes a ``transform`` (a shimkit pass, a pipeline, a torch ``PassBase`` or any
 callable that changes a graph in place or returns ``PassResult``/a new ``GraphModule``) and a
-:class:`~shimkit.testing.graphs.Program` drawn by :func:`~shimkit.testing.graphs.graphs`. A failure
+:class:`~shimkit.testing.programs.Program` drawn by :func:`~shimkit.testing.programs.graphs`. A failure
 raises :class:`PropertyFailure` whose message ends with a runnable script reproducing it; under
 hypothesis that is the script of the shrunk, minimal program.
 
@@ -74,7 +74,10 @@ def observe(artifact: Any, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]
         artifact = artifact.module()
         for name, buffer in list(artifact.named_buffers()):
             artifact.register_buffer(name, buffer.clone())  # the program's state must stay pristine
-    outputs = artifact(*inputs)
+        outputs = artifact(*inputs)
+    else:
+        # forward, not __call__: GraphModule.__call__ prints the traceback of an expected failure.
+        outputs = artifact.forward(*inputs)
     outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
     # Cloned only after the whole call: an output aliasing an input must show later writes to it.
     return ([o.clone() for o in outputs] + list(inputs)
@@ -166,8 +169,13 @@ def assert_eliminates(transform: Any, program, ops: Iterable[Any]) -> None:
 
 
 def _layout(value: Any) -> Any:
+    """What a value's metadata must get right: shape, dtype, and the strides and offset that address
+    its elements (a size-1 dim's stride, and an empty tensor's strides and offset, address nothing)."""
     if isinstance(value, torch.Tensor):
-        return (tuple(value.shape), tuple(value.stride()), value.storage_offset(), value.dtype)
+        if value.numel() == 0:
+            return (tuple(value.shape), value.dtype)
+        strides = tuple(None if side == 1 else stride for side, stride in zip(value.shape, value.stride()))
+        return (tuple(value.shape), strides, value.storage_offset(), value.dtype)
     if isinstance(value, (list, tuple)):
         return tuple(_layout(v) for v in value)
     return value
@@ -187,7 +195,7 @@ def meta_problems(artifact: Any) -> list[str]:
     running the graph on fake tensors gives."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from shimkit.testing.graphs import fake_values
+    from shimkit.testing.programs import fake_values
 
     graph_module = artifact.graph_module if isinstance(artifact, torch.export.ExportedProgram) else artifact
     placeholders = list(graph_module.graph.find_nodes(op="placeholder"))

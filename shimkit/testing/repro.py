@@ -1,6 +1,6 @@
 """Programs as Python: the code that builds them, and runnable scripts that reproduce a failure.
 
-:class:`~shimkit.testing.graphs.Program` builds its artifacts by executing :func:`module_source` and
+:class:`~shimkit.testing.programs.Program` builds its artifacts by executing :func:`module_source` and
 :func:`graph_module_source`, so a printed script is the tested program itself, not a description.
 """
 
@@ -26,7 +26,7 @@ def target_expression(target: Any, dialect: str = "aten") -> str:
 
 
 def value_expression(value: Any) -> str:
-    from shimkit.testing.graphs import Ref
+    from shimkit.testing.programs import Ref
 
     if isinstance(value, Ref):
         return value.name
@@ -73,7 +73,7 @@ def module_source(program) -> str:
 
 
 def _refs(names):
-    from shimkit.testing.graphs import Ref
+    from shimkit.testing.programs import Ref
 
     return [Ref(n) for n in names]
 
