@@ -199,6 +199,8 @@ class ReplaceViewCopyWithView(ShimkitPass):
             if changed and node.op == "call_function" and any(i in changed for i in node.all_input_nodes):
                 if refresh_value(node, computer):
                     changed.add(node)
+            if node.op == "output" and "val" in node.meta and any(i in changed for i in node.all_input_nodes):
+                node.meta["val"] = fx.node.map_arg(node.args[0], lambda n: n.meta.get("val"))
         return bool(converted)
 
     def _converted_layout(self, node: fx.Node, computer: ValueComputer, converted: set[fx.Node]) -> Any:
@@ -214,12 +216,44 @@ class ReplaceViewCopyWithView(ShimkitPass):
             spec = computer.layout_of(view, args, kwargs, is_view=True)
         except (KeyError, RuntimeError, ValueError, TypeError, IndexError):
             return None  # the view is impossible on this input's layout (or unknowable): the copy stays
+        if not self._copies_stay_lowerable(node, spec, computer):
+            return None
         if self.needs_dense_input is not None and not _dense(spec):
             for consumer in _consumers(node):
                 op = aten_op(consumer.target)
                 if op is not None and self.needs_dense_input(op):
                     return None
         return spec
+
+    def _copies_stay_lowerable(self, node: fx.Node, spec: Any, computer: ValueComputer) -> bool:
+        """Whether every view-copy consuming ``node`` could still be formed as a view of its new layout.
+
+        Eager ``view_copy`` reshapes any input, but Inductor lowers it as a view, so a copy left in
+        place on a strided input fails to compile ("Cannot view a tensor with shape ..."). Where the
+        consumer's view is impossible it stays a copy, so ``node`` must keep producing dense memory.
+        """
+        items = spec if not is_tensor_layout(spec) else None
+        for user in node.users:
+            user_spec = spec
+            consumers: Iterable[fx.Node] = (user,)
+            if is_getitem(user):
+                if items is None:
+                    continue
+                user_spec, consumers = items[user.args[1]], user.users
+            for consumer in consumers:
+                op = aten_op(getattr(consumer, "target", None))
+                if op not in VIEW_OF_COPY or not consumer.args or consumer.args[0] is not (
+                        user if is_getitem(user) else node):
+                    continue
+                try:
+                    args, kwargs = argument_values(consumer)
+                    args = (computer.value_of(user_spec), *args[1:])
+                    computer.layout_of(VIEW_OF_COPY[op], args, kwargs, is_view=True)
+                except (RuntimeError, ValueError, TypeError, IndexError):
+                    return False
+                except KeyError:
+                    continue  # no meta to judge by: the consumer's own conversion check decides
+        return True
 
     def _apply(self, node: fx.Node, spec: Any, computer: ValueComputer, changed: set[fx.Node],
                handled: set[fx.Node]) -> None:

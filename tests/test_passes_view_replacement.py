@@ -151,15 +151,27 @@ def test_auto_functionalized_argument_keeps_the_copy():
         lib._destroy()
 
 
-def test_chain_that_cannot_be_a_view_keeps_the_copy():
-    # t then view(-1) needs a contiguous input: the t becomes a view, the flattening stays a copy.
+def test_chain_that_cannot_be_a_view_keeps_the_transpose_a_copy():
+    # view(-1) of a transposed tensor is impossible, and Inductor lowers a view_copy left in place as a
+    # view (a strided input would not compile), so the t stays a copy and the flattening, now of dense
+    # memory, becomes a view.
     def build(g, x):
         y = g.call_function(aten.mul.Tensor, (x, 1.0))
         t = g.call_function(aten.t_copy.default, (y,))
         flat = g.call_function(aten.view_copy.default, (t, [6]))
         return (g.call_function(aten.clone.default, (flat,)),)
     module = _prepared(build, torch.arange(6.0).reshape(2, 3))
-    assert [aten_op(n.target) for n in _copies(module)] == [aten.view_copy.default]
+    assert [aten_op(n.target) for n in _copies(module)] == [aten.t_copy.default]
+
+
+def test_chain_whose_consumer_can_view_the_strided_result_converts():
+    # unsqueeze of a transposed tensor is a valid view, so both become views.
+    def build(g, x):
+        y = g.call_function(aten.mul.Tensor, (x, 1.0))
+        t = g.call_function(aten.t_copy.default, (y,))
+        lifted = g.call_function(aten.unsqueeze_copy.default, (t, 0))
+        return (g.call_function(aten.clone.default, (lifted,)),)
+    assert _copies(_prepared(build, torch.arange(6.0).reshape(2, 3))) == []
 
 
 def test_views_that_would_alias_an_output_or_input_stay_copies():
