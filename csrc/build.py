@@ -69,6 +69,9 @@ def shimkit_extension(name: str, sources: Sequence[str | os.PathLike], *,
     from pybind11.setup_helpers import Pybind11Extension
 
     kept = _keep_for_platform(sources) + (sdk_sources() if with_sdk else [])
+    # setuptools refuses absolute source paths in wheel and editable builds; setup.py runs from the
+    # package's own folder, so paths relative to it (into the installed shimkit) are accepted.
+    kept = [os.path.relpath(source) if os.path.isabs(source) else source for source in kept]
     extra_link = list(kwargs.pop("extra_link_args", []))
     if ON_MACOS:
         for framework in METAL_FRAMEWORKS:
