@@ -260,6 +260,19 @@ def _view_replacement():
     return ReplaceViewCopyWithView()
 
 
+def _addmm_policy():
+    from shimkit.passes.addmm import AddmmPolicy
+    from shimkit.plugins.addmm import addmm_decomposition
+
+    return AddmmPolicy(addmm_decomposition)
+
+
+def _linear_decomposition():
+    from shimkit.passes.linear import DecomposeLinear
+
+    return DecomposeLinear()
+
+
 def _dead_code_elimination():
     class EliminateDeadCode(ShimkitPass):
         """torch's own DCE: it keeps nodes whose schema says they write an argument."""
@@ -286,13 +299,15 @@ GALLERY = (
     GalleryBug("view replacement leaving stale meta", StaleMetaViewCopyToView, p.assert_meta_consistent,
                g.graphs(_VIEW_COPIES), _view_replacement),
     GalleryBug("addmm decomposition dropping beta", AddmmDecompositionDroppingBeta,
-               p.assert_preserves_semantics, g.graphs(("aten::addmm.default", "aten::neg.default"))),
+               p.assert_preserves_semantics, g.graphs(("aten::addmm.default", "aten::neg.default")),
+               _addmm_policy),
     GalleryBug("addmm decomposition skipping a 1-D bias", AddmmDecompositionSkippingVectorBias,
                lambda transform, program: p.assert_eliminates(transform, program, ["aten::addmm.default"]),
-               g.graphs(("aten::addmm.default",))),
+               g.graphs(("aten::addmm.default",)), _addmm_policy),
     GalleryBug("linear decomposition transposing the wrong operand", LinearDecompositionTransposingInput,
                p.assert_preserves_semantics,
-               g.graphs((replace(op_spec("aten::linear.default"), ranks=(2, 2)), "aten::relu.default"))),
+               g.graphs((replace(op_spec("aten::linear.default"), ranks=(2, 2)), "aten::relu.default")),
+               _linear_decomposition),
     GalleryBug("dead-code elimination dropping in-place writes", DeadCodeEliminationDroppingWrites,
                p.assert_preserves_semantics,
                g.graphs(g.INPLACE_OPS + g.POINTWISE_OPS), _dead_code_elimination),
