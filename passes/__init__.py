@@ -9,6 +9,10 @@ the way ``AotiBackend.preprocess`` calls custom passes: on a ``GraphModule``, or
 >>> pipeline(edge_program)                                                                 # doctest: +SKIP
 """
 
+from shimkit._versions import check_versions
+
+VERSIONS = check_versions()  # before the passes import torch.fx and executorch internals
+
 from shimkit.passes.addmm import AddmmPolicy
 from shimkit.passes.base import PassContext, PassError, PassResult, ShimkitPass, describe_node
 from shimkit.passes.decompose import DecomposeInPlace

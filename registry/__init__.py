@@ -11,6 +11,10 @@ import contextlib
 import threading
 from typing import Iterator, Mapping
 
+from shimkit._versions import check_versions
+
+VERSIONS = check_versions()  # before anything below touches torch or executorch internals
+
 from shimkit.registry.derive import BackendConfig, DeviceCapabilities, Provision
 from shimkit.registry.errors import (
     InvalidPluginRecord,

@@ -39,3 +39,15 @@ def test_skip_variable_downgrades_to_a_warning(monkeypatch):
     monkeypatch.setenv("SHIMKIT_SKIP_VERSION_CHECK", "1")
     with pytest.warns(UserWarning, match="torch 2.12.0 is not supported"):
         _versions.check_versions()
+
+
+def test_the_pytest_plugin_neither_imports_torch_nor_checks_versions():
+    # pytest imports the plugin in every project of an environment with shimkit installed: an untested
+    # torch there must not break their test runs.
+    import subprocess
+    import sys
+
+    probe = ("import sys, shimkit.testing.pytest_plugin; "
+             "print(sorted(m for m in ('torch', 'shimkit.registry', 'shimkit.passes') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
