@@ -22,6 +22,7 @@ import torch
 from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 
+from shimkit._ordering import OrderingCycle, prerequisites_of, stable_order
 from shimkit.passes.base import PassContext, PassError, ShimkitPass, describe_node, sync_output_signature
 from shimkit.passes.meta import ValueComputer, argument_values, fake_mode_of, layout, same_layout
 from shimkit.passes.ops import aten_op
@@ -282,35 +283,16 @@ def _ordered(named: list[tuple[str, Any]], order: Sequence[tuple[str, str]]) -> 
     if len(set(names)) != len(names):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         raise PipelineError(f"two passes are named {', '.join(map(repr, duplicates))}; give each a distinct name")
-    first: dict[str, set[str]] = {n: set() for n in names}  # name -> names that must run before it
-    for name, item in named:
-        first[name] |= {a for a in getattr(item, "after", ()) if a in first}
-        for later in getattr(item, "before", ()):
-            if later in first:
-                first[later].add(name)
+    first = prerequisites_of((name, getattr(item, "after", ()), getattr(item, "before", ()))
+                             for name, item in named)
     for a, b in order:
         for n in (a, b):
             if n not in first:
                 raise PipelineError(f"ordering constraint names {n!r}, which is not in the pipeline ({names})")
         first[b].add(a)
-    result: list[str] = []
-    done: set[str] = set()
-    visiting: list[str] = []
-
-    def visit(name: str) -> None:
-        if name in done:
-            return
-        if name in visiting:
-            cycle = " -> ".join(visiting[visiting.index(name):] + [name])
-            raise PipelineError(f"pass ordering constraints form a cycle: {cycle}")
-        visiting.append(name)
-        for prerequisite in sorted(first[name], key=names.index):
-            visit(prerequisite)
-        visiting.pop()
-        done.add(name)
-        result.append(name)
-
-    for name in names:
-        visit(name)
+    try:
+        result = stable_order(names, first)
+    except OrderingCycle as cycle:
+        raise PipelineError(str(cycle)) from None
     by_name = dict(named)
     return [(n, by_name[n]) for n in result]

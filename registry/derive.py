@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from shimkit._ordering import OrderingCycle, prerequisites_of, stable_order
 from shimkit.registry.errors import PluginConflictError
 from shimkit.registry.manager import PluginRegistry, PluginSource, Registered
 from shimkit.registry.ops import canonical_op_name, try_resolve_op
@@ -143,33 +144,12 @@ def _check_unique_names(entries: list[Registered], kind: str) -> None:
 def _order_passes(specs: list[Registered]) -> list[Registered]:
     """Stable topological order: registration order, moved only as ``after``/``before`` demand."""
     by_name = {s.name: s for s in specs}
-    edges: dict[str, set[str]] = {s.name: set() for s in specs}  # name -> names that must run first
-    for spec in specs:
-        record: PassSpec = spec.record  # type: ignore[assignment]
-        edges[spec.name] |= {n for n in record.after if n in by_name}
-        for later in record.before:
-            if later in by_name:
-                edges[later].add(spec.name)
-    ordered: list[Registered] = []
-    done: set[str] = set()
-    visiting: list[str] = []
-
-    def visit(name: str) -> None:
-        if name in done:
-            return
-        if name in visiting:
-            cycle = " -> ".join(visiting[visiting.index(name):] + [name])
-            raise PluginConflictError(f"pass ordering constraints form a cycle: {cycle}")
-        visiting.append(name)
-        for first in sorted(edges[name], key=lambda n: specs.index(by_name[n])):
-            visit(first)
-        visiting.pop()
-        done.add(name)
-        ordered.append(by_name[name])
-
-    for spec in specs:
-        visit(spec.name)
-    return ordered
+    edges = prerequisites_of((s.name, s.record.after, s.record.before) for s in specs)  # type: ignore[union-attr]
+    try:
+        names = stable_order([s.name for s in specs], edges)
+    except OrderingCycle as cycle:
+        raise PluginConflictError(str(cycle)) from None
+    return [by_name[name] for name in names]
 
 
 def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfig:
