@@ -20,6 +20,7 @@ import torch
 from shimkit.audit.fake_mps import ScopedPatches, fake_mps_lowering
 from shimkit.audit.loader import LoadedModel
 from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder, graph_node
+from shimkit.audit.speed import cia_ops_materialized_once, young_heap_gc
 
 PHASES = ("export", "to_edge", "backend_passes", "inductor", "codegen")
 
@@ -190,17 +191,32 @@ def export_model(loaded: LoadedModel) -> torch.export.ExportedProgram:
     return torch.export.export(model, tuple(loaded.example_inputs), strict=False)
 
 
-def audit_loaded(loaded: LoadedModel, *, config: Any | None) -> ModelAudit:
+def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = True) -> ModelAudit:
     """Audit one loaded model with the backend configured from ``config`` (a registry
-    ``BackendConfig``); ``None`` audits the stock upstream ``MetalBackend``."""
-    from executorch.backends.apple.metal.metal_backend import MetalBackend
-    from executorch.backends.apple.metal.metal_partitioner import MetalPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
+    ``BackendConfig``); ``None`` audits the stock upstream ``MetalBackend``. ``speedups=False``
+    leaves out :mod:`shimkit.audit.speed` (same report, slower; for comparing the two)."""
     audit = ModelAudit(loaded.name, plugins=config is not None)
     clock = _PhaseClock()
     watch = _LoweringWatch(current_phase="export")
     recorder = KernelRecorder()
+    with contextlib.ExitStack() as speed:
+        if speedups:
+            speed.enter_context(young_heap_gc())
+            speed_patches = ScopedPatches()
+            speed.callback(speed_patches.undo)
+            cia_ops_materialized_once(speed_patches)
+        _audit_into(audit, loaded, config, clock, watch, recorder)
+    audit.kernels = list(recorder.calls.values())
+    audit.timings = {phase: clock.totals.get(phase, 0.0) for phase in PHASES}
+    return audit
+
+
+def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, clock: _PhaseClock,
+                watch: _LoweringWatch, recorder: KernelRecorder) -> None:
+    from executorch.backends.apple.metal.metal_backend import MetalBackend
+    from executorch.backends.apple.metal.metal_partitioner import MetalPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
     try:
         with clock.phase("export"):
             exported = export_model(loaded)
@@ -223,9 +239,6 @@ def audit_loaded(loaded: LoadedModel, *, config: Any | None) -> ModelAudit:
                 )
     except Exception as error:
         audit.failure = _describe_failure(error, watch)
-    audit.kernels = list(recorder.calls.values())
-    audit.timings = {phase: clock.totals.get(phase, 0.0) for phase in PHASES}
-    return audit
 
 
 @dataclass
@@ -239,10 +252,12 @@ class AuditRun:
 
 
 def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = None,
+              speedups: bool = True,
               on_progress: Callable[[int, int, str, ModelAudit | None], None] | None = None) -> AuditRun:
     """Audit each MODEL in ``specs``. ``registry`` defaults to the process-wide one; with
     ``plugins=False`` the stock backend is audited and the registry only informs fix hints.
-    ``on_progress(index, total, name, audit)`` is called before (``audit=None``) and after each."""
+    ``on_progress(index, total, name, audit)`` is called before (``audit=None``) and after each.
+    ``speedups=False`` audits without :mod:`shimkit.audit.speed` (identical reports, slower)."""
     from shimkit.audit.loader import ModelLoadError, load_model
 
     if registry is None:
@@ -260,7 +275,7 @@ def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = 
             audit = ModelAudit(spec, plugins=plugins,
                                failure=Failure(kind="error", phase="load", message=str(error)))
         else:
-            audit = audit_loaded(loaded, config=config)
+            audit = audit_loaded(loaded, config=config, speedups=speedups)
         models.append(audit)
         if on_progress:
             on_progress(index, len(specs), spec, audit)

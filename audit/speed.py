@@ -1,0 +1,85 @@
+"""Speed-ups of the audit that leave the lowering path, and so the recorded kernels, unchanged.
+
+Neither skips, reorders or reconfigures a step of the real path; each removes work whose result is
+already known. ``tests/test_audit_speed.py`` audits the whole zoo with and without them and requires
+identical reports. ``benchmarks/bench_audit.py`` measures them (docs/audit.md, "Speed").
+
+* :func:`young_heap_gc` — during one model's audit the cyclic garbage collector scans only objects
+  created during that audit. A process that has imported torch, Inductor and ExecuTorch holds about
+  half a million tracked objects that one model's lowering never frees; each full collection
+  (about one per model) walked all of them, 0.2–0.5 s on the CNN-sized zoo models.
+* :func:`cia_ops_materialized_once` — ``ExportedProgram.run_decompositions`` and ExecuTorch's
+  decomposition table ask torch for every CompositeImplicitAutograd op
+  (``torch._export.utils._collect_all_valid_cia_ops``), twice per model. That walks each of the ~40
+  ``torch.ops`` namespaces and, for each, materialises all ~840 CIA registrations of the C++
+  dispatcher again (``_materialize_cpp_cia_ops``), 38 identical passes per call, about 0.05 s.
+  Within one such call nothing registers operators, so the first pass is kept and the repeats are
+  skipped; the walk itself, and every call of it, still happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from typing import Any, Iterator
+
+from shimkit.audit.fake_mps import ScopedPatches
+
+
+@contextlib.contextmanager
+def young_heap_gc() -> Iterator[None]:
+    """Collect cycles among the objects created inside the block only; the rest of the heap is set
+    aside (``gc.freeze``) and given back on exit. The block's own cyclic garbage is collected on
+    exit, so nothing it dropped outlives it. Does nothing where the caller already froze objects
+    (unfreezing would give theirs back too) or disabled the collector."""
+    if not gc.isenabled() or gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.collect()  # only the block's objects are tracked outside the frozen set
+        gc.unfreeze()
+
+
+def cia_ops_materialized_once(patches: ScopedPatches) -> None:
+    """Within one ``_collect_all_valid_cia_ops`` call, materialise the dispatcher's CIA ops once.
+
+    ``_materialize_cpp_cia_ops`` does ``getattr(torch.ops.<ns>.<op>, <overload>)`` for every
+    CompositeImplicitAutograd registration: idempotent, and the registrations cannot change while
+    the collection walks ``torch.ops`` (it only reads). torch calls it once per namespace; the
+    repeats are dropped. Calls outside a collection run as before. Patched for the audit's duration
+    through ``patches``; a torch without these functions is left alone.
+    """
+    try:
+        import torch._export.utils as export_utils
+        import torch.export.decomp_utils as decomp_utils
+        import torch.export.exported_program as exported_program
+    except ImportError:
+        return
+    collect = getattr(export_utils, "_collect_all_valid_cia_ops", None)
+    materialize = getattr(export_utils, "_materialize_cpp_cia_ops", None)
+    if collect is None or materialize is None:
+        return
+    state: dict[str, Any] = {"collecting": False, "done": False}
+
+    def materialize_once() -> None:
+        if state["collecting"] and state["done"]:
+            return
+        materialize()
+        state["done"] = state["collecting"]
+
+    def collect_all_valid_cia_ops():
+        if state["collecting"]:  # re-entered: leave the outer call's bookkeeping alone
+            return collect()
+        state["collecting"], state["done"] = True, False
+        try:
+            return collect()
+        finally:
+            state["collecting"], state["done"] = False, False
+
+    patches.replace(export_utils, "_materialize_cpp_cia_ops", materialize_once)
+    for module in (export_utils, exported_program, decomp_utils):
+        if getattr(module, "_collect_all_valid_cia_ops", None) is collect:
+            patches.replace(module, "_collect_all_valid_cia_ops", collect_all_valid_cia_ops)
