@@ -7,7 +7,7 @@ identical reports. ``benchmarks/bench_audit.py`` measures them (docs/audit.md, "
 * :func:`young_heap_gc` — during one model's audit the cyclic garbage collector scans only objects
   created during that audit. A process that has imported torch, Inductor and ExecuTorch holds about
   half a million tracked objects that one model's lowering never frees; each full collection
-  (about one per model) walked all of them, 0.2–0.5 s on the CNN-sized zoo models.
+  (about one per CNN-sized model) walked all of them, 0.2–0.3 s each.
 * :func:`cia_ops_materialized_once` — ``ExportedProgram.run_decompositions`` and ExecuTorch's
   decomposition table ask torch for every CompositeImplicitAutograd op
   (``torch._export.utils._collect_all_valid_cia_ops``), twice per model. That walks each of the ~40
