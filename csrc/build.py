@@ -67,7 +67,9 @@ def sdk_unity_source(folder: str | os.PathLike = "build") -> str:
 def metal_runtime_sources(kernel: str) -> tuple[str, ...]:
     """Everything ExecuTorch's Metal runtime build compiles for ``kernel``'s mps c-shim: the SDK, the
     kernel's portable files and its ``.mm`` files (with ``INCLUDE_DIR`` on the include path)."""
-    return tuple(sdk_sources() + kernel_sources(kernel, metal=True))
+    # *_reference files are the host reference device, which the runtime never calls.
+    device_sources = [s for s in kernel_sources(kernel, metal=True) if not Path(s).stem.endswith("_reference")]
+    return tuple(sdk_sources() + device_sources)
 
 
 def _keep_for_platform(sources: Iterable[str | os.PathLike]) -> list[str]:

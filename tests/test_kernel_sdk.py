@@ -121,6 +121,7 @@ def test_metal_runtime_sources_cover_the_mps_shim():
     sources = build.metal_runtime_sources("addmm")
     names = {Path(s).name for s in sources}
     assert {"addmm_metal.mm", "addmm_shim_mps.mm", "addmm_plan.cpp", "dtype.cpp"} <= names
+    assert not names & {"addmm_reference.cpp", "addmm_shim_reference.cpp"}  # host reference only
     assert all(Path(s).is_absolute() and Path(s).exists() for s in sources)
     with pytest.raises(ValueError, match="no kernel 'nope'"):
         build.kernel_sources("nope")
