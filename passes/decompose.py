@@ -20,7 +20,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
 from shimkit.passes.base import PassContext, PassError, ShimkitPass
-from shimkit.passes.meta import argument_key, fake_mode_of
+from shimkit.passes.meta import argument_key
 from shimkit.passes.ops import aten_op, edge_op, is_edge, is_getitem
 
 # Provenance a replacement inherits from the node it replaces, so errors and profiles still point at

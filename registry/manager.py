@@ -25,7 +25,7 @@ import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from types import ModuleType
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import pluggy
 
@@ -233,7 +233,7 @@ class PluginRegistry:
         return [r for r in self._collect()[1] if include_blocked or not r.blocked]
 
     def blocked_sources(self) -> list[PluginSource]:
-        return [s for n, s in self._sources.items() if s.name in self.blocked_names]
+        return [s for s in self._sources.values() if s.name in self.blocked_names]
 
     def backend_config(self, device: str):
         """Derive the backend configuration for ``device`` from the active plugins."""

@@ -83,7 +83,12 @@ def _replacements(backend_cls: type, config: BackendConfig) -> dict[str, Any]:
         options.update(config.inductor_options())
         return options
 
-    return {name: classmethod(fn) for name, fn in locals().items() if name in PATCHED}
+    return {
+        "get_supported_fallback_kernels": classmethod(get_supported_fallback_kernels),
+        "get_decomposition_table": classmethod(get_decomposition_table),
+        "get_custom_passes": classmethod(get_custom_passes),
+        "get_aoti_compile_options": classmethod(get_aoti_compile_options),
+    }
 
 
 class Installation:
@@ -92,8 +97,9 @@ class Installation:
     def __init__(self, backend_cls: type, config: BackendConfig) -> None:
         self.backend_cls = backend_cls
         self.config = config
-        self._saved = {name: backend_cls.__dict__.get(name) for name in PATCHED}
-        for name, replacement in _replacements(backend_cls, config).items():
+        replacements = _replacements(backend_cls, config)
+        self._saved = {name: backend_cls.__dict__.get(name) for name in replacements}
+        for name, replacement in replacements.items():
             setattr(backend_cls, name, replacement)
         self.active = True
 
