@@ -148,10 +148,22 @@ class PluginRegistry:
             return
         self._register(module, module_name, source)
 
+    def _add(self, plugin: Any, name: str) -> None:
+        """Register with pluggy, refusing hooks shimkit does not define (a misspelt hook would
+        otherwise be silently ignored). Raises on any problem, leaving nothing registered."""
+        self._manager.register(plugin, name=name)  # pluggy checks signatures of known hooks here
+        unknown = sorted(caller.name for caller in self._manager.get_hookcallers(plugin) or ()
+                         if not caller.has_spec()
+                         and not all(impl.optionalhook for impl in caller.get_hookimpls()))
+        if unknown:
+            self._manager.unregister(name=name)
+            raise InvalidPluginRecord(f"unknown hook {', '.join(unknown)} (shimkit defines "
+                                      f"shimkit_op_plugins and shimkit_passes)")
+
     def _register(self, plugin: Any, name: str, source: PluginSource) -> None:
         try:
-            self._manager.register(plugin, name=name)
-        except Exception as error:  # pluggy rejects unknown hooks or bad signatures here
+            self._add(plugin, name)
+        except Exception as error:
             self._report(source, "import", error)
             return
         self._sources[name] = source
@@ -164,7 +176,12 @@ class PluginRegistry:
         if self._manager.get_plugin(name) is not None:
             raise ShimkitPluginError(f"a plugin named {name!r} is already registered "
                                      f"({self._sources[name].describe()})")
-        self._register(plugin, name, PluginSource("code", name, module))
+        try:
+            self._add(plugin, name)
+        except Exception as error:  # the caller is right here: tell it, rather than warn and skip
+            raise ShimkitPluginError(f"cannot register plugin {name!r} ({module}): {error}") from error
+        self._sources[name] = PluginSource("code", name, module)
+        self._records = None
         return name
 
     def unregister(self, name: str) -> None:

@@ -104,8 +104,14 @@ def shimkit_op_plugins():
     yield OpPlugin(name="bad", ops=("aten::mm",),
                    shims=(Shim(op="aten::mm", device="mps", symbol="not a symbol", provided_by_runtime=True),))
 """,
+    "misspelt": """
+from shimkit.registry import hookimpl
+@hookimpl
+def shimkit_op_plugin():
+    return []
+""",
 }
-EXPECTED = {"import": ("import", "libfoo.so"), "hook": ("hook", "hook exploded"),
+EXPECTED = {"misspelt": ("import", "unknown hook shimkit_op_plugin"), "import": ("import", "libfoo.so"), "hook": ("hook", "hook exploded"),
             "record": ("record", "got dict"), "invalid": ("hook", "symbol must be a C identifier")}
 
 
@@ -158,3 +164,15 @@ def test_module_registered_from_code():
     exec(GOOD_PLUGIN.format(name="inline-erfinv"), module.__dict__)
     registry.register(module)
     assert "inline-erfinv" in names(registry)
+
+
+def test_registering_a_malformed_plugin_from_code_raises_naming_it():
+    class MisspelledHook:
+        @hookimpl
+        def shimkit_op_plugin(self):  # no such hook
+            return []
+
+    registry = PluginRegistry(env=CLEAN_ENV)
+    with pytest.raises(ShimkitPluginError, match="cannot register plugin 'misspelled'.*shimkit_op_plugin"):
+        registry.register(MisspelledHook(), name="misspelled")
+    assert registry.problems == ()
