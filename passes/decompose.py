@@ -8,24 +8,66 @@ module stacks are kept, and the graph signature stays valid.
 
 A trace depends only on the op, the layouts of its tensor arguments and its other arguments, so it is
 memoised on those: the 48 identical blocks of a transformer trace each decomposition once.
+
+Under dynamic shapes a decomposition is traced on the program's own symbolic sizes (its shape
+environment, with the bounds the user exported with), so it sees every size the program allows. A
+decomposition that branches on a symbolic size (``if x.shape[1] > 16``, ``while step < length``)
+adds a guard there that nothing downstream checks: the spliced program would be right at the example
+size and silently wrong at others. Such a trace is refused with a :class:`PassError` naming the node
+and the guard. A decomposition that cannot be exact for a call raises
+:class:`~shimkit.registry.DecompositionDeclined`: the node is left in place (the backend then reports
+its missing kernel) and the reason is kept in ``node.meta["shimkit_declined"]`` and in
+:func:`recording_declines`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+import contextlib
+import contextvars
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 from torch import fx
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
-from shimkit.passes.base import PassContext, PassError, ShimkitPass
-from shimkit.passes.meta import argument_key
+from shimkit.passes.base import PassContext, PassError, ShimkitPass, describe_node
+from shimkit.passes.meta import argument_key, guards_since, shape_env_of
 from shimkit.passes.ops import aten_op, edge_op, is_edge, is_getitem
+from shimkit.registry.errors import DecompositionDeclined
 
 # Provenance a replacement inherits from the node it replaces, so errors and profiles still point at
 # the user's source line and module.
 _INHERITED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "from_node", "custom")
+
+
+DECLINED_META = "shimkit_declined"
+
+
+@dataclass(frozen=True)
+class Decline:
+    """A node a decomposition declined to replace, and why."""
+
+    op: str
+    node: str
+    where: str
+    reason: str
+
+
+_declines: contextvars.ContextVar[list[Decline] | None] = contextvars.ContextVar("shimkit_declines", default=None)
+
+
+@contextlib.contextmanager
+def recording_declines() -> Iterator[list[Decline]]:
+    """Collect every :class:`Decline` of the decomposition passes run inside the block."""
+    collected: list[Decline] = []
+    token = _declines.set(collected)
+    try:
+        yield collected
+    finally:
+        _declines.reset(token)
 
 
 def _op_key(op: Any) -> torch._ops.OpOverload:
@@ -87,13 +129,12 @@ class DecomposeInPlace(ShimkitPass):
     def transform(self, graph: fx.Graph, context: PassContext) -> bool:
         if not self.table:
             return False
-        targets = [n for n in graph.nodes if n.op == "call_function" and aten_op(n.target) in self.table]
-        for node in targets:
-            self.decompose(graph, node)
-        return bool(targets)
+        targets = [n for n in graph.nodes if n.op == "call_function" and aten_op(n.target) in self.table
+                   and DECLINED_META not in n.meta]
+        return sum(self.decompose(graph, node) for node in targets) > 0
 
-    def decompose(self, graph: fx.Graph, node: fx.Node) -> None:
-        """Splice the decomposition of ``node`` in its place."""
+    def decompose(self, graph: fx.Graph, node: fx.Node) -> bool:
+        """Splice the decomposition of ``node`` in its place; False where the decomposition declined."""
         op = aten_op(node.target)
         leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
         inputs: list[fx.Node] = []
@@ -110,10 +151,18 @@ class DecomposeInPlace(ShimkitPass):
                 raise PassError(self.pass_name, node, f"input {source.name} has no meta['val'] to trace the "
                                 f"decomposition of {op} on (propagate fake values first, e.g. with "
                                 f"torch.fx.passes.fake_tensor_prop.FakeTensorProp)")
-        template = self._template(node, op, leaves, spec, slots, inputs)
+        try:
+            template = self._template(graph, node, op, leaves, spec, slots, inputs)
+        except DecompositionDeclined as declined:
+            node.meta[DECLINED_META] = declined.reason
+            collected = _declines.get()
+            if collected is not None:
+                collected.append(Decline(op.name(), node.name, describe_node(node), declined.reason))
+            return False
         self._splice(graph, node, template, inputs)
+        return True
 
-    def _template(self, node: fx.Node, op: torch._ops.OpOverload, leaves: list, spec: Any,
+    def _template(self, graph: fx.Graph, node: fx.Node, op: torch._ops.OpOverload, leaves: list, spec: Any,
                   slots: list[int | None], inputs: list[fx.Node]) -> _Template:
         values = [n.meta["val"] for n in inputs]
         constants = [None if slot is not None else leaf for leaf, slot in zip(leaves, slots)]
@@ -136,13 +185,28 @@ class DecomposeInPlace(ShimkitPass):
 
         symbolic = any(isinstance(s, torch.SymInt) for v in values if isinstance(v, torch.Tensor)
                        for s in (*v.shape, *v.stride()))
+        # In the program's fake mode (make_fx finds it on the values), so that tensors the
+        # decomposition creates (arange, zeros) are fake too, on the program's device.
+        fake = any(isinstance(v, FakeTensor) for v in values)
+        mode = "symbolic" if symbolic else "fake" if fake else "real"
+        shape_env = shape_env_of(graph) if symbolic else None
+        guards_before = len(shape_env.guards) if shape_env is not None else 0
         try:
-            traced = make_fx(call_decomposition, tracing_mode="symbolic" if symbolic else "real")(*values)
+            traced = make_fx(call_decomposition, tracing_mode=mode)(*values)
             template = _Template(traced.graph, edge)
+        except DecompositionDeclined:
+            raise
         except Exception as error:
             raise PassError(self.pass_name, node, f"tracing the decomposition of {op} "
                             f"({getattr(decomposition, '__qualname__', decomposition)}) failed: "
                             f"{type(error).__name__}: {error}") from error
+        added = guards_since(shape_env, guards_before)
+        if added:
+            raise PassError(self.pass_name, node, f"the decomposition of {op} "
+                            f"({getattr(decomposition, '__qualname__', decomposition)}) branches on a dynamic "
+                            f"size (guard {', '.join(added)}): the spliced program would be right only at sizes that "
+                            f"take the same branch; read sizes without comparing them, or raise "
+                            f"DecompositionDeclined")
         if key is not None:
             self._templates[key] = template
         return template

@@ -41,6 +41,23 @@ def fake_mode_of(graph: fx.Graph) -> FakeTensorMode | None:
     return None
 
 
+def shape_env_of(graph: fx.Graph) -> Any:
+    """The ``ShapeEnv`` behind the graph's symbolic sizes, or ``None`` for a static graph."""
+    return getattr(fake_mode_of(graph), "shape_env", None)
+
+
+def guards_since(shape_env: Any, count: int) -> list[str]:
+    """The guards added to ``shape_env`` after it held ``count`` of them, as text.
+
+    After ``torch.export`` nothing checks a guard again: a pass or decomposition that adds one (by
+    comparing a symbolic size with a Python number, say) has decided something that holds only at
+    the example size, and the program it leaves is silently wrong elsewhere.
+    """
+    if shape_env is None:
+        return []
+    return [str(guard.expr) for guard in shape_env.guards[count:]]
+
+
 def layout(value: Any) -> Any:
     """What must agree for two values to be interchangeable as metadata."""
     if isinstance(value, (torch.Tensor, _Placed)):

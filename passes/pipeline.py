@@ -24,7 +24,8 @@ from torch.fx.passes.infra.pass_base import PassResult
 
 from shimkit._ordering import OrderingCycle, prerequisites_of, stable_order
 from shimkit.passes.base import PassContext, PassError, ShimkitPass, describe_node, sync_output_signature
-from shimkit.passes.meta import ValueComputer, argument_values, fake_mode_of, layout, same_layout
+from shimkit.passes.meta import (ValueComputer, argument_values, fake_mode_of, guards_since, layout, same_layout,
+                                 shape_env_of)
 from shimkit.passes.ops import aten_op
 
 __all__ = ["Pipeline", "PipelineError", "PassRecord", "PipelineReport"]
@@ -167,6 +168,7 @@ class Pipeline(ShimkitPass):
         last_run: dict[int, int] = {}  # pass index -> version after it last ran
         counts = count_ops(graph)
         size = len(graph.nodes)
+        shape_env = shape_env_of(graph)
         if self.check:
             self._check(graph, "the pipeline's input")
         converged = False
@@ -176,8 +178,15 @@ class Pipeline(ShimkitPass):
                 if last_run.get(index) == version and _idempotent(item):
                     continue
                 tick = time.perf_counter()
+                guards_before = len(shape_env.guards) if shape_env is not None else 0
                 modified = self._run_one(name, item, graph, context)
                 seconds = time.perf_counter() - tick
+                added = guards_since(shape_env, guards_before)
+                if added:
+                    raise PipelineError(
+                        f"pass {name!r} guarded on a dynamic size ({', '.join(added)}): what it decided holds "
+                        f"only at sizes like the example's, and nothing checks that guard again after "
+                        f"export; the pass must not compare symbolic sizes")
                 changes: dict[str, tuple[int, int]] = {}
                 new_size = size
                 if modified:

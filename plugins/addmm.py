@@ -2,8 +2,14 @@
 
 Inductor emits ``aoti_torch_mps_addmm_out`` both for ``addmm`` in the graph and for its own
 ``mm + bias`` re-fusion (reference §5). Where a device has no addmm shim the decomposition below is
-applied instead; it keeps the exact semantics of ``beta`` and ``alpha``: ``beta == 0`` ignores ``self``
-(NaN and inf in it do not propagate) and ``alpha == 0`` ignores the product.
+applied instead. Its rules, shared with the kernel and with ``baddbmm``:
+
+* half and bfloat16 are computed in float32 (the product accumulates in float32, then
+  ``beta * self + alpha * product``) and rounded to the result dtype once, as ATen's CPU kernel does;
+  rounding the product first would be off by up to 2**-8 of its magnitude before the add;
+* ``beta == 0`` ignores ``self`` and ``alpha == 0`` ignores the product: NaN and inf in an ignored
+  operand never propagate (BLAS's rule, and ATen's for float32 ``addmm``; ATen's half-precision
+  ``addmm`` and its ``baddbmm`` do multiply by a zero ``alpha``, so NaN shows there).
 
 On mps the plugin ships its own ``aoti_torch_mps_addmm_out`` (``csrc/kernels/addmm``): a portable plan
 (validation, layouts, graph-cache key) plus an MPSGraph implementation compiled by ExecuTorch's Metal
@@ -20,10 +26,14 @@ from shimkit.csrc.build import metal_runtime_sources
 from shimkit.registry import OpPlugin, Shim, hookimpl
 
 ADDMM = "aten::addmm.default"
+ACCUMULATE_IN_FLOAT32 = (torch.float16, torch.bfloat16)
 
 
 def addmm_decomposition(self, mat1, mat2, *, beta=1, alpha=1):
     """``addmm`` written with ``mm``, ``mul`` and ``add`` only."""
+    result_dtype = mat1.dtype
+    if result_dtype in ACCUMULATE_IN_FLOAT32:
+        self, mat1, mat2 = self.float(), mat1.float(), mat2.float()
     if alpha == 0:
         # The product is ignored entirely, so NaN/inf in mat1 or mat2 must not leak through mm.
         product = torch.zeros((mat1.shape[0], mat2.shape[1]), dtype=mat1.dtype, device=mat1.device)
@@ -32,9 +42,22 @@ def addmm_decomposition(self, mat1, mat2, *, beta=1, alpha=1):
         if alpha != 1:
             product = product * alpha
     if beta == 0:
-        return product
-    bias = self if beta == 1 else self * beta
-    return product + bias
+        torch.broadcast_shapes(self.shape, product.shape)  # ATen rejects a self that cannot broadcast
+        result = product
+    else:
+        result = product + (self if beta == 1 else self * beta)
+    return result.to(result_dtype)
+
+
+def addmm_reference(self, mat1, mat2, *, beta=1, alpha=1):
+    """ATen's ``addmm`` with the rules above: half precision computed in float32 and rounded once,
+    and ``alpha == 0`` ignoring the product in every dtype."""
+    result_dtype = mat1.dtype
+    if result_dtype in ACCUMULATE_IN_FLOAT32:
+        self, mat1, mat2 = self.float(), mat1.float(), mat2.float()
+    if alpha == 0:
+        mat1 = torch.zeros_like(mat1)
+    return torch.addmm(self, mat1, mat2, beta=beta, alpha=alpha).to(result_dtype)
 
 
 @hookimpl
@@ -45,6 +68,6 @@ def shimkit_op_plugins():
         shims=(Shim(op=ADDMM, device="mps", symbol="aoti_torch_mps_addmm_out",
                     sources=metal_runtime_sources("addmm")),),
         decompositions={ADDMM: addmm_decomposition},
-        references={ADDMM: torch.addmm},
+        references={ADDMM: addmm_reference},
         doc="addmm: shimkit's Metal kernel on mps; mm plus a scaled add where a device has no addmm shim.",
     )

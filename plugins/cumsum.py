@@ -1,28 +1,50 @@
-"""``aten::cumsum`` as a log-step prefix sum of slices and adds, for devices without a cumsum kernel.
+"""``aten::cumsum`` as a log-step prefix sum of gathers and adds, for devices without a cumsum kernel.
 
 Inductor has no scan codegen for mps and falls back to ``aoti_torch_mps_cumsum`` (recorded as
 ``at::_ops::cumsum::call``), which ExecuTorch's Metal runtime lacks. A Hillis–Steele scan needs only
-``narrow``, ``cat`` and ``add``, which Inductor turns into Metal kernels of its own: after step ``k``
-every element holds the sum of the ``2**k`` elements ending at it, so ``ceil(log2(n))`` steps give the
-prefix sums.
+``arange``, ``index_select``, ``where`` and ``add``, which Inductor turns into Metal kernels of its
+own: step ``k`` adds to every element the value ``2**k`` places before it (zero where there is none),
+after which every element holds the sum of the ``2**(k+1)`` elements ending at it.
+
+The number of steps is a property of the program, not of the example: it is ``ceil(log2(n))`` for
+the largest length ``n`` the scanned dimension can take, a static size or the upper bound of a
+dynamic one (``Dim("seq", max=128)`` gives 7 steps, right for every length from 0 to 128). Each step
+shifts with an index that is valid at every length, so nothing guards on the example size. A dynamic
+dimension without an upper bound has no step count that is right for every length: the
+decomposition declines (:class:`~shimkit.registry.DecompositionDeclined`), the op stays in the graph
+and the audit reports the missing kernel with the reason, instead of a program that is wrong past
+some length.
 
 Semantics kept from ATen: integral and bool inputs sum in int64 unless ``dtype`` says otherwise (and
 wrap the same way); ``dtype`` casts before summing; a 0-d tensor is returned cast; ``dim`` may be
 negative and is range-checked; an all-``-0.0`` prefix sums to ``+0.0`` as ATen's ``0 + x`` does.
 half and bfloat16 are summed in float32 and rounded once, as ATen accumulates them. Floating-point
 sums are added in a different order than ATen's sequential loop, so they agree to rounding, not bit
-for bit (every prefix is a sum of the same terms). The number of steps follows the static length of
-``dim``.
+for bit (every prefix is a sum of the same terms).
 """
 
 from __future__ import annotations
 
+import sympy
 import torch
+from torch.utils._sympy.numbers import int_oo  # symbolic shapes' "no upper bound" (sympy.oo is not one)
 
-from shimkit.registry import OpPlugin, hookimpl
+from shimkit.registry import DecompositionDeclined, OpPlugin, hookimpl
 
 CUMSUM = "aten::cumsum.default"
 _ACCUMULATE_IN_FLOAT32 = (torch.float16, torch.bfloat16)
+
+
+def largest_size(size: int | torch.SymInt) -> int | None:
+    """The largest value ``size`` can take in this program: itself when static, the upper bound of
+    its symbolic expression when dynamic, ``None`` when that is unbounded."""
+    if isinstance(size, int):
+        return size
+    node = size.node
+    if node.shape_env is None:
+        return None
+    upper = node.shape_env.bound_sympy(node.expr).upper
+    return None if upper in (int_oo, sympy.oo) else int(upper)
 
 
 def cumsum_decomposition(self: torch.Tensor, dim: int, *, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -37,17 +59,26 @@ def cumsum_decomposition(self: torch.Tensor, dim: int, *, dtype: torch.dtype | N
         raise IndexError(f"Dimension out of range (expected to be in range of "
                          f"[{-values.dim()}, {values.dim() - 1}], but got {dim})")
     dim = dim % values.dim()
+    length = values.shape[dim]
+    largest = largest_size(length)
+    if largest is None:
+        raise DecompositionDeclined(
+            f"cumsum scans dim {dim}, a dynamic size ({length}) with no upper bound, and a log-step scan "
+            f"needs one: export with an upper bound on that dimension (torch.export.Dim(..., max=N))")
     result_dtype = values.dtype
     if result_dtype in _ACCUMULATE_IN_FLOAT32:
         values = values.float()
     if values.is_floating_point() or values.is_complex():
         values = values + 0  # ATen starts from 0: a leading -0.0 becomes +0.0
-    length = values.shape[dim]
+    positions = torch.arange(length, device=values.device)
+    along_dim = [length if d == dim else 1 for d in range(values.dim())]
     shift = 1
-    while shift < length:
-        head = values.narrow(dim, 0, shift)
-        tail = values.narrow(dim, shift, length - shift) + values.narrow(dim, 0, length - shift)
-        values = torch.cat([head, tail], dim)
+    while shift < largest:
+        source = positions - shift
+        has_source = (source >= 0).reshape(along_dim)
+        earlier = values.index_select(dim, source.clamp(min=0))
+        values = values + torch.where(has_source, earlier, torch.zeros((), dtype=values.dtype,
+                                                                       device=values.device))
         shift *= 2
     return values.to(result_dtype)
 

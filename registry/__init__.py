@@ -17,6 +17,7 @@ VERSIONS = check_versions()  # before anything below touches torch or executorch
 
 from shimkit.registry.derive import BackendConfig, DeviceCapabilities, Provision
 from shimkit.registry.errors import (
+    DecompositionDeclined,
     InvalidPluginRecord,
     PluginConflictError,
     PluginLoadError,
@@ -29,7 +30,7 @@ from shimkit.registry.ops import canonical_op_name, resolve_op
 from shimkit.registry.records import OpPlugin, PassSpec, Shim
 
 __all__ = [
-    "BackendConfig", "DeviceCapabilities", "InvalidPluginRecord", "OpPlugin", "PassSpec",
+    "BackendConfig", "DecompositionDeclined", "DeviceCapabilities", "InvalidPluginRecord", "OpPlugin", "PassSpec",
     "PluginConflictError", "PluginLoadError", "PluginProblem", "PluginRegistry", "PluginSource",
     "Provision", "Registered", "Shim", "ShimkitPluginError", "UnknownOpError", "backend_config",
     "canonical_op_name", "get_registry", "hookimpl", "hookspec", "resolve_op", "use_registry",

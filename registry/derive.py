@@ -7,6 +7,7 @@ is computed here from the registered records, so adding an op never means editin
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
@@ -14,7 +15,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from shimkit._ordering import OrderingCycle, prerequisites_of, stable_order
-from shimkit.registry.errors import PluginConflictError
+from shimkit.registry.errors import DecompositionDeclined, PluginConflictError
 from shimkit.registry.manager import PluginRegistry, PluginSource, Registered
 from shimkit.registry.ops import canonical_op_name, try_resolve_op
 from shimkit.registry.records import DEVICES, OpPlugin, PassSpec, Shim
@@ -152,6 +153,20 @@ def _order_passes(specs: list[Registered]) -> list[Registered]:
     return [by_name[name] for name in names]
 
 
+def declining_as_not_implemented(decomposition: Callable[..., Any]) -> Callable[..., Any]:
+    """``decomposition`` for torch's decomposition tables: where it raises
+    :class:`DecompositionDeclined` it returns ``NotImplemented``, which tells ``make_fx`` and
+    ``run_decompositions`` to keep the op instead of failing the trace."""
+    @functools.wraps(decomposition)
+    def table_entry(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return decomposition(*args, **kwargs)
+        except DecompositionDeclined:
+            return NotImplemented
+
+    return table_entry
+
+
 def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfig:
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r}; expected one of {DEVICES}")
@@ -202,7 +217,7 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
     for op, provision in decompositions.items():
         overload = try_resolve_op(op)
         if op not in shims and overload is not None:
-            decomposition_table[overload] = provision.decomposition
+            decomposition_table[overload] = declining_as_not_implemented(provision.decomposition)
     custom_c_shims = {}
     for op, provision in shims.items():
         overload = try_resolve_op(op)

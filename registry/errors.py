@@ -21,3 +21,13 @@ class PluginConflictError(ShimkitPluginError):
 
 class UnknownOpError(ShimkitPluginError, LookupError):
     """An op name does not resolve to a registered torch operator overload."""
+
+
+class DecompositionDeclined(Exception):
+    """Raised by a plugin decomposition that cannot be exact for this call (e.g. a scan over a
+    dynamic dimension with no upper bound). The op is then left in place, so the backend reports it
+    as a missing kernel instead of computing a wrong result; ``reason`` says why, for the audit."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
