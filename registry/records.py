@@ -16,6 +16,14 @@ from shimkit.registry.errors import InvalidPluginRecord, UnknownOpError
 from shimkit.registry.ops import canonical_op_name
 
 _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# What a runtime build compiles: Objective-C++/C++/C and Metal Shading Language sources.
+KERNEL_SOURCE_SUFFIXES = (".mm", ".m", ".cpp", ".cc", ".cxx", ".c", ".metal")
+# Kernel paths reach generated CMake: a character CMake's quoting or list syntax would reinterpret
+# (newlines, ';' which splits lists, other control characters) is refused rather than escaped away.
+_UNSAFE_PATH_CHARACTER = re.compile(r"[\x00-\x1f\x7f;]")
+# A prototype Inductor pastes into generated C++: identifiers, pointers and commas only, so no
+# plugin string can close the declaration and start code of its own.
+_C_PARAMETERS = re.compile(r"^[A-Za-z0-9_*\s,]*$")
 _PLUGIN_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 DEVICES = ("mps", "cuda")
 STAGES = ("graph", "post_grad")
@@ -41,6 +49,20 @@ def _op_mapping(record: str, name: str, label: str, value: Mapping[Any, Any]) ->
             _fail(record, name, f"{label}[{op!r}] must be callable, got {type(item).__name__}")
         out[_op(record, name, op)] = item
     return MappingProxyType(out)
+
+
+def _check_kernel_source(label: str, source: str) -> None:
+    path = Path(source)
+    if not path.is_absolute():
+        _fail("Shim", label, f"kernel source {source!r} must be an absolute path")
+    if _UNSAFE_PATH_CHARACTER.search(source):
+        _fail("Shim", label, f"kernel source {source!r} holds a control character or ';', which a CMake "
+              f"source list cannot carry")
+    if path.suffix not in KERNEL_SOURCE_SUFFIXES:
+        _fail("Shim", label, f"kernel source {source!r} is not a kernel source (expected one of "
+              f"{', '.join(KERNEL_SOURCE_SUFFIXES)})")
+    if not path.is_file():
+        _fail("Shim", label, f"kernel source {source!r} does not exist")
 
 
 @dataclass(frozen=True)
@@ -80,14 +102,19 @@ class Shim:
         if bool(self.sources) == bool(self.provided_by_runtime):
             _fail("Shim", label, "give kernel `sources` or set `provided_by_runtime=True` (exactly one)")
         for source in self.sources:
-            if not Path(source).is_absolute():
-                _fail("Shim", label, f"kernel source {source!r} must be an absolute path")
+            _check_kernel_source(label, source)
         if self.c_prototype is not None:
+            if not isinstance(self.c_prototype, str):
+                _fail("Shim", label, "c_prototype must be a string")
             proto = self.c_prototype.strip()
-            if not proto.startswith("AOTITorchError ") or f" {self.symbol}(" not in proto:
-                _fail("Shim", label, f"c_prototype must read 'AOTITorchError {self.symbol}(...)'")
             if proto.endswith(";") or proto.startswith("extern"):
                 _fail("Shim", label, "c_prototype takes no 'extern' and no trailing ';'")
+            head = f"AOTITorchError {self.symbol}("
+            if not proto.startswith(head) or not proto.endswith(")"):
+                _fail("Shim", label, f"c_prototype must read 'AOTITorchError {self.symbol}(...)'")
+            if not _C_PARAMETERS.match(proto[len(head):-1]):
+                _fail("Shim", label, "c_prototype parameters may hold only C identifiers, '*', commas and "
+                      f"spaces, got {proto[len(head):-1]!r}")
             object.__setattr__(self, "c_prototype", proto)
         elif not self.op.startswith(("aten::", "prims::")):
             _fail("Shim", label, f"custom op {self.op} needs a c_prototype for custom_ops_to_c_shims")

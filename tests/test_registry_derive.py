@@ -1,9 +1,12 @@
 """What the registry derives for a backend, and how it settles conflicts."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from executorch.backends.apple.metal.metal_backend import MetalBackend
 
+import shimkit.csrc
 from registry_helpers import CLEAN_ENV
 from shimkit.registry import (
     OpPlugin,
@@ -37,7 +40,11 @@ def registry_with(*plugins):
     return registry
 
 
-def kernel_plugin(name, symbol="aoti_torch_mps_erfinv", op="aten::erfinv", priority=0, tmp="/tmp/k.mm"):
+# Shim sources must exist and be kernel sources; shimkit's own addmm Metal kernel is one.
+KERNEL_SOURCE = str(Path(shimkit.csrc.__file__).parent / "kernels" / "addmm" / "addmm_metal.mm")
+
+
+def kernel_plugin(name, symbol="aoti_torch_mps_erfinv", op="aten::erfinv", priority=0, tmp=KERNEL_SOURCE):
     return OpPlugin(name=name, ops=(op,), priority=priority,
                     shims=(Shim(op=op, device="mps", symbol=symbol, sources=(tmp,)),))
 
@@ -54,7 +61,8 @@ def test_decomposition_applies_only_where_no_shim():
                            decompositions={"aten::erfinv": erfinv_decomposition})
     registry = registry_with(Records(decomposing))
     config = registry.backend_config("mps")
-    assert config.decomposition_table[torch.ops.aten.erfinv.default] is erfinv_decomposition
+    # The table entry wraps the decomposition (DecompositionDeclined -> NotImplemented for torch).
+    assert config.decomposition_table[torch.ops.aten.erfinv.default].__wrapped__ is erfinv_decomposition
     assert config.capabilities.decomposition("aten::erfinv") is erfinv_decomposition
 
     registry = registry_with(Records(decomposing, kernel_plugin("erfinv-kernel")))
@@ -62,7 +70,7 @@ def test_decomposition_applies_only_where_no_shim():
     assert torch.ops.aten.erfinv.default not in config.decomposition_table
     assert config.capabilities.decomposition("aten::erfinv") is None
     assert config.capabilities.has_shim(torch.ops.aten.erfinv.default)
-    assert "/tmp/k.mm" in config.kernel_sources
+    assert KERNEL_SOURCE in config.kernel_sources
     assert config.provider_of("aoti_torch_mps_erfinv").plugin == "erfinv-kernel"
 
 
@@ -164,6 +172,7 @@ def test_pass_factories_see_device_capabilities():
 
 def test_cmake_snippet_lists_kernel_sources(tmp_path):
     source = tmp_path / "op_erfinv.mm"
+    source.write_text("// erfinv\n")
     config = registry_with(Records(kernel_plugin("erfinv", tmp=str(source)))).backend_config("mps")
     lines = config.cmake_snippet().splitlines()
     start = lines.index("set(SHIMKIT_MPS_KERNEL_SOURCES")
@@ -171,3 +180,29 @@ def test_cmake_snippet_lists_kernel_sources(tmp_path):
     assert listed == [f'  "{path}"' for path in config.kernel_sources]
     assert f'  "{source}"' in listed
     assert any(line.startswith("set(SHIMKIT_KERNEL_INCLUDE_DIR") for line in lines)
+
+
+def test_cmake_snippet_quotes_every_path_so_cmake_reads_exactly_the_paths(tmp_path):
+    """CMake itself reads the snippet back: the values are the paths, and nothing in a path runs."""
+    import shutil
+    import subprocess
+    import sys
+
+    from shimkit.registry.derive import cmake_quoted
+
+    cmake = shutil.which("cmake", path=str(Path(sys.executable).parent)) or shutil.which("cmake")
+    assert cmake, "cmake is a development requirement (requirements-dev.txt)"
+    odd = tmp_path / 'dir with "quotes" $HOME ${CMAKE_COMMAND} @x@ and \\ back' / "op.mm"
+    odd.parent.mkdir()
+    odd.write_text("// kernel\n")
+    config = registry_with(Records(kernel_plugin("erfinv", tmp=str(odd)))).backend_config("mps")
+    script = tmp_path / "read.cmake"
+    script.write_text(config.cmake_snippet() + 'foreach(p IN LISTS SHIMKIT_MPS_KERNEL_SOURCES)\n'
+                      '  message(STATUS "source=${p}")\nendforeach()\n')
+    out = subprocess.run([cmake, "-P", str(script)], capture_output=True, text=True, check=True)
+    listed = [line.split("source=", 1)[1] for line in (out.stdout + out.stderr).splitlines() if "source=" in line]
+    assert listed == list(config.kernel_sources) and str(odd) in listed
+    with pytest.raises(ValueError, match="control character"):
+        cmake_quoted("a\x00b")
+    with pytest.raises(ValueError, match="CMake variable"):
+        config.cmake_snippet('X)\nexecute_process(COMMAND touch /tmp/pwned)\nset(Y')

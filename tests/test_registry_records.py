@@ -107,3 +107,33 @@ def test_op_plugin_normalises_ops_and_mappings():
 def test_malformed_pass_specs(fields, message):
     with pytest.raises(InvalidPluginRecord, match=message):
         PassSpec(**fields)
+
+
+INJECTED = '/tmp/x.mm")\nexecute_process(COMMAND touch /tmp/pwned)\n#'
+
+
+@pytest.mark.parametrize("source, message", [
+    (INJECTED, "control character"),
+    ("/tmp/a;b.mm", "control character or ';'"),
+    ("/definitely/not/here/op.mm", "does not exist"),
+    (__file__, "is not a kernel source"),
+])
+def test_kernel_sources_that_cmake_or_a_build_cannot_take_are_refused(source, message):
+    with pytest.raises(InvalidPluginRecord, match=message) as caught:
+        shim(provided_by_runtime=False, sources=(source,))
+    assert "aoti_torch_mps_mm_out" in str(caught.value)
+
+
+@pytest.mark.parametrize("prototype", [
+    "AOTITorchError aoti_torch_mps_mm_out(AtenTensorHandle x) { system(\"touch /tmp/pwned\"); }",
+    "AOTITorchError aoti_torch_mps_mm_out(AtenTensorHandle x);\n#include <stdlib.h>\nint y(",
+    "AOTITorchError aoti_torch_mps_mm_out(int x) /* */",
+])
+def test_c_prototypes_that_would_inject_code_are_refused(prototype):
+    with pytest.raises(InvalidPluginRecord, match="c_prototype"):
+        shim(c_prototype=prototype)
+
+
+def test_a_plain_c_prototype_is_accepted():
+    proto = "AOTITorchError aoti_torch_mps_mm_out(AtenTensorHandle self, int64_t* sizes, AtenTensorHandle* ret)"
+    assert shim(c_prototype=proto).c_prototype == proto
