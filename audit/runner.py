@@ -9,6 +9,7 @@ The path is the one a Mac user runs — ``to_edge_transform_and_lower`` with ``M
 from __future__ import annotations
 
 import contextlib
+import linecache
 import re
 import time
 import traceback
@@ -197,6 +198,7 @@ def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = Tr
     leaves out :mod:`shimkit.audit.speed` (same report, slower; for comparing the two)."""
     audit = ModelAudit(loaded.name, plugins=config is not None)
     clock = _PhaseClock()
+    leftovers = _LoweringLeftovers()
     watch = _LoweringWatch(current_phase="export")
     recorder = KernelRecorder()
     with contextlib.ExitStack() as speed:
@@ -205,6 +207,7 @@ def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = Tr
             speed_patches = ScopedPatches()
             speed.callback(speed_patches.undo)
             cia_ops_materialized_once(speed_patches)
+        speed.callback(leftovers.release)
         _audit_into(audit, loaded, config, clock, watch, recorder)
     audit.kernels = list(recorder.calls.values())
     audit.timings = {phase: clock.totals.get(phase, 0.0) for phase in PHASES}
@@ -239,6 +242,61 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
                 )
     except Exception as error:
         audit.failure = _describe_failure(error, watch)
+
+
+class _LoweringLeftovers:
+    """What one lowering leaves in process-wide places that nothing ever empties, released after
+    the model's audit so that auditing many models in one process does not grow without bound:
+
+    * ExecuTorch's ``is_same_node`` is an unbounded ``lru_cache`` keyed by FX nodes: it pins every
+      graph the partitioner compared (about 5 graphs and 50 nodes per small model). Its entries
+      describe graphs that are gone once the lowering returns, so emptying it changes no result.
+    * ``ShapeEnv``'s methods memoised with ``functools.lru_cache`` or torch's ``_lru_cache``
+      (``constrain_symbol_range`` and ``simplify`` without a bound, more with 256 entries) are keyed by the environment itself, so they pin
+      the shape environments (and through them the fake tensors) of past exports. They only spare
+      recomputing a fact about a live environment; the next call recomputes it.
+    * Every ``GraphModule`` registers its generated source in ``linecache`` under a
+      ``<eval_with_key>`` name for tracebacks; the entries this audit added are dropped (the modules
+      they describe are garbage by now, and a live one re-registers on its next recompile).
+    * The ``ExportPass`` instances in ExecuTorch's module-level edge pass lists keep the fake mode
+      of the last program they ran on (on the pass and on its tracer), and with it that program's
+      fake tensors and constants. Each call installs its own mode first, so the ones left behind
+      are restored to what they were.
+    """
+
+    def __init__(self) -> None:
+        self._lines_before = set(linecache.cache)
+        self._modes = [(holder, holder.fake_tensor_mode) for edge_pass in _module_level_edge_passes()
+                       for holder in (edge_pass, edge_pass.tracer)]
+
+    def release(self) -> None:
+        from executorch.exir.backend.utils import is_same_node
+
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        is_same_node.cache_clear()
+        for memoised in vars(ShapeEnv).values():
+            clear = getattr(memoised, "cache_clear", None)  # functools' and torch's own _lru_cache
+            if callable(clear):
+                clear()
+        for holder, mode in self._modes:
+            holder.fake_tensor_mode = mode
+        for key in [k for k in linecache.cache if k not in self._lines_before and k.startswith("<eval_with_key>")]:
+            linecache.cache.pop(key, None)
+
+
+def _module_level_edge_passes() -> list[Any]:
+    """The ``ExportPass`` instances behind ExecuTorch's module-level edge pass lists."""
+    import executorch.exir.passes as edge_passes
+
+    found = []
+    for wrapped in (*edge_passes.base_pre_op_replace_passes, *edge_passes.base_post_op_replace_passes):
+        for cell in wrapped.__closure__ or ():
+            candidate = cell.cell_contents
+            if hasattr(candidate, "fake_tensor_mode") and hasattr(getattr(candidate, "tracer", None),
+                                                                 "fake_tensor_mode"):
+                found.append(candidate)
+    return found
 
 
 @dataclass
