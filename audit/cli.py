@@ -116,9 +116,20 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
     return exit_code(result)
 
 
+def run_command(args: argparse.Namespace) -> int:
+    """``shimkit audit`` as a command: the process is shimkit's, so the heap its imports left is
+    frozen once before auditing (:func:`~shimkit.audit.speed.freeze_imported_heap`); :func:`run`
+    itself, for callers inside their own process, leaves the garbage collector alone."""
+    from shimkit.audit.speed import freeze_imported_heap
+
+    if not args.list_zoo:
+        freeze_imported_heap()
+    return run(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = configure_parser(argparse.ArgumentParser(prog="shimkit audit"))
-    return run(parser.parse_args(argv))
+    return run_command(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import torch
 from shimkit.audit.fake_mps import ScopedPatches, fake_mps_lowering
 from shimkit.audit.loader import LoadedModel
 from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder, graph_node
-from shimkit.audit.speed import cia_ops_materialized_once, young_heap_gc
+from shimkit.audit.speed import cia_ops_materialized_once
 
 PHASES = ("export", "to_edge", "backend_passes", "inductor", "codegen")
 
@@ -203,7 +203,6 @@ def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = Tr
     recorder = KernelRecorder()
     with contextlib.ExitStack() as speed:
         if speedups:
-            speed.enter_context(young_heap_gc())
             speed_patches = ScopedPatches()
             speed.callback(speed_patches.undo)
             cia_ops_materialized_once(speed_patches)

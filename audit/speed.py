@@ -4,10 +4,13 @@ Neither skips, reorders or reconfigures a step of the real path; each removes wo
 already known. ``tests/test_audit_speed.py`` audits the whole zoo with and without them and requires
 identical reports. ``benchmarks/bench_audit.py`` measures them (docs/audit.md, "Speed").
 
-* :func:`young_heap_gc` — during one model's audit the cyclic garbage collector scans only objects
-  created during that audit. A process that has imported torch, Inductor and ExecuTorch holds about
-  half a million tracked objects that one model's lowering never frees; each full collection
-  (about one per CNN-sized model) walked all of them, 0.2–0.3 s each.
+* :func:`freeze_imported_heap` — for the ``shimkit audit`` command only, where the process is
+  shimkit's own. A process that has imported torch, Inductor and ExecuTorch holds about half a
+  million tracked objects that no model's lowering frees; every full collection (about one per
+  CNN-sized model) walked all of them, 0.2–0.3 s each. The command moves them to the permanent
+  generation once, after its imports, the way CPython's documentation advises for a server before
+  it forks. The library (:func:`~shimkit.audit.runner.run_audit`) never touches the collector: in a
+  user's process (a notebook, a pytest run, a server) the collector's state is not shimkit's.
 * :func:`cia_ops_materialized_once` — ``ExportedProgram.run_decompositions`` and ExecuTorch's
   decomposition table ask torch for every CompositeImplicitAutograd op
   (``torch._export.utils._collect_all_valid_cia_ops``), twice per model. That walks each of the ~40
@@ -19,28 +22,20 @@ identical reports. ``benchmarks/bench_audit.py`` measures them (docs/audit.md, "
 
 from __future__ import annotations
 
-import contextlib
 import gc
-from typing import Any, Iterator
+from typing import Any
 
 from shimkit.audit.fake_mps import ScopedPatches
 
 
-@contextlib.contextmanager
-def young_heap_gc() -> Iterator[None]:
-    """Collect cycles among the objects created inside the block only; the rest of the heap is set
-    aside (``gc.freeze``) and given back on exit. The block's own cyclic garbage is collected on
-    exit, so nothing it dropped outlives it. Does nothing where the caller already froze objects
-    (unfreezing would give theirs back too) or disabled the collector."""
-    if not gc.isenabled() or gc.get_freeze_count():
-        yield
-        return
+def freeze_imported_heap() -> None:
+    """Move every object alive now to the collector's permanent generation (``gc.freeze``), for the
+    rest of the process. Call it once, after the heavy imports, only from a process shimkit owns."""
+    import executorch.exir  # noqa: F401  (the lowering's imports, so that they are frozen too)
+    import torch._inductor.codegen.cpp_wrapper_cpu  # noqa: F401
+
+    gc.collect()
     gc.freeze()
-    try:
-        yield
-    finally:
-        gc.collect()  # only the block's objects are tracked outside the frozen set
-        gc.unfreeze()
 
 
 def cia_ops_materialized_once(patches: ScopedPatches) -> None:

@@ -139,10 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _configure_audit(parser: argparse.ArgumentParser) -> None:
     # The audit pulls in torch, executorch and Inductor: import it only when the command is used.
-    from shimkit.audit.cli import configure_parser, run
+    from shimkit.audit.cli import configure_parser, run_command
 
     configure_parser(parser)
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
