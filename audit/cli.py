@@ -29,7 +29,8 @@ a saved .pt2 ExportedProgram. Without MODEL the whole bundled zoo is audited.
 """
 
 EPILOG = """\
-exit status: 0 all clean, 1 missing kernels, 2 audit could not run (see docs/audit.md)
+exit status: 0 all clean, 1 missing kernels or wrong numbers (--check-numerics), 2 audit could not run
+(see docs/audit.md)
 """
 
 
@@ -43,6 +44,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         help="audit the stock upstream MetalBackend, without shimkit's registry")
     parser.add_argument("--json", action="store_true",
                         help="print the JSON report (schema in docs/audit.md) instead of text")
+    parser.add_argument("--check-numerics", action="store_true",
+                        help="also run each program handed to Inductor on the CPU, at the example sizes and "
+                             "at other sizes its dynamic dimensions allow, against eager (max error per output)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--list-zoo", action="store_true", help="list the bundled zoo models and exit")
     return parser
@@ -103,7 +107,8 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
     progress = None if args.quiet else _progress(stderr)
     try:
         with _quiet_libraries():
-            result = run_audit(specs, plugins=not args.no_plugins, on_progress=progress)
+            result = run_audit(specs, plugins=not args.no_plugins, on_progress=progress,
+                               check_numerics=args.check_numerics)
     except ShimkitPluginError as error:
         stderr.write(f"shimkit audit: the plugin registry cannot be built: {error}\n")
         return EXIT_INCOMPLETE

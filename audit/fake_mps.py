@@ -106,11 +106,16 @@ class RealValues:
         # Holding the fake storage keeps its address from being reused by another while we look up.
         self._by_storage[storage._cdata] = (storage, real)
 
-    def lookup(self, fake: torch.Tensor) -> torch.Tensor:
+    def find(self, fake: torch.Tensor) -> torch.Tensor | None:
+        """The real CPU tensor ``fake`` was made from (as the same view of it), or ``None``."""
         entry = self._by_storage.get(fake.untyped_storage()._cdata)
         if entry is not None and entry[1].dtype == fake.dtype:
             return entry[1].as_strided(fake.shape, fake.stride(), fake.storage_offset())
-        return torch.zeros(fake.shape, dtype=fake.dtype)
+        return None
+
+    def lookup(self, fake: torch.Tensor) -> torch.Tensor:
+        real = self.find(fake)
+        return torch.zeros(fake.shape, dtype=fake.dtype) if real is None else real
 
 
 def move_program_to_fake_mps(edge_program: Any, real_values: RealValues) -> Any:

@@ -1,7 +1,8 @@
 """Turn a MODEL argument into something to audit.
 
 A MODEL is a bundled zoo name (``mobilenet_v2``), ``path/to/file.py:factory`` where ``factory()``
-returns ``(model, example_inputs)``, or a saved ``.pt2`` ExportedProgram. Every way of getting it
+returns ``(model, example_inputs)`` or ``(model, example_inputs, dynamic_shapes)`` (as
+``torch.export.export`` takes them), or a saved ``.pt2`` ExportedProgram. Every way of getting it
 wrong raises :class:`ModelLoadError` with a message that says what was expected.
 """
 
@@ -25,12 +26,14 @@ class ModelLoadError(ValueError):
 
 @dataclass
 class LoadedModel:
-    """A model and example inputs to export, or an already exported program."""
+    """A model and example inputs (and ``torch.export`` dynamic shapes) to export, or an already
+    exported program."""
 
     name: str
     model: Any = None
     example_inputs: tuple[Any, ...] = ()
     exported: torch.export.ExportedProgram | None = None
+    dynamic_shapes: Any = None
 
 
 def _from_factory(name: str, factory: Any, where: str) -> LoadedModel:
@@ -41,10 +44,12 @@ def _from_factory(name: str, factory: Any, where: str) -> LoadedModel:
         raise ModelLoadError(
             f"{where}: the factory raised {type(error).__name__}: {error} "
             f"(at {frame.filename}:{frame.lineno})") from error
-    if not (isinstance(produced, tuple) and len(produced) == 2):
+    if not (isinstance(produced, tuple) and len(produced) in (2, 3)):
         raise ModelLoadError(
-            f"{where}: the factory must return (model, example_inputs), got {type(produced).__name__}")
-    model, example_inputs = produced
+            f"{where}: the factory must return (model, example_inputs) or (model, example_inputs, "
+            f"dynamic_shapes), got {type(produced).__name__}")
+    model, example_inputs, *rest = produced
+    dynamic_shapes = rest[0] if rest else None
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     if not callable(model):
@@ -52,7 +57,7 @@ def _from_factory(name: str, factory: Any, where: str) -> LoadedModel:
     if not isinstance(example_inputs, (tuple, list)):
         raise ModelLoadError(
             f"{where}: example_inputs must be a tensor or a tuple of inputs, got {type(example_inputs).__name__}")
-    return LoadedModel(name, model=model, example_inputs=tuple(example_inputs))
+    return LoadedModel(name, model=model, example_inputs=tuple(example_inputs), dynamic_shapes=dynamic_shapes)
 
 
 def _load_file_factory(spec: str) -> LoadedModel:

@@ -10,10 +10,11 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Any
 
+from shimkit.audit.numerics import NumericsReport
 from shimkit.audit.recorder import PROXY_EXECUTOR, GraphNode, KernelCall
 from shimkit.audit.runner import PHASES, AuditRun, ModelAudit
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # additions since: "numerics", "declines" per model; status "wrong"
 
 EXIT_CLEAN = 0
 EXIT_MISSING = 1
@@ -28,7 +29,7 @@ def exit_code(run: AuditRun) -> int:
     statuses = {m.status for m in run.models}
     if statuses & {"limitation", "error"}:
         return EXIT_INCOMPLETE
-    return EXIT_MISSING if "missing" in statuses else EXIT_CLEAN
+    return EXIT_MISSING if statuses & {"missing", "wrong"} else EXIT_CLEAN
 
 
 def _op_candidates(kernel: KernelCall) -> list[str]:
@@ -141,6 +142,19 @@ def _model_json(audit: ModelAudit, run: AuditRun) -> dict[str, Any]:
             "node": None if failure.node is None else _node_json(failure.node),
         },
         "timings_s": timings,
+        "numerics": _numerics_json(audit.numerics),
+        "declines": [{"op": d.op, "node": d.node, "where": d.where, "reason": d.reason} for d in audit.declines],
+    }
+
+
+def _numerics_json(report: NumericsReport | None) -> dict[str, Any] | None:
+    if report is None:
+        return None
+    return {
+        "ok": report.ok,
+        "unavailable": report.unavailable,
+        "checks": [{"sizes": c.sizes, "max_errors": c.max_errors, "ok": c.ok, "error": c.error}
+                   for c in report.checks],
     }
 
 
@@ -154,7 +168,7 @@ def _version(distribution: str) -> str | None:
 def to_json(run: AuditRun) -> dict[str, Any]:
     models = [_model_json(m, run) for m in run.models]
     counts = {status: sum(m["status"] == status for m in models)
-              for status in ("clean", "missing", "limitation", "error")}
+              for status in ("clean", "missing", "wrong", "limitation", "error")}
     code = exit_code(run)
     return {
         "schema_version": SCHEMA_VERSION,
@@ -210,6 +224,17 @@ def render_model(model: dict[str, Any]) -> str:
             lines.append(f"    op {failure['op']}")
         if failure["node"]:
             lines.append(f"    at {_source_text(failure['node'])}")
+    for decline in model["declines"]:
+        lines.append(f"  declined: {decline['op']} at {decline['where']}: {decline['reason']}")
+    numerics = model["numerics"]
+    if numerics is not None:
+        if numerics["unavailable"]:
+            lines.append(f"  numerics: not checked: {numerics['unavailable']}")
+        for check in numerics["checks"]:
+            sizes = ", ".join(f"{k}={v}" for k, v in check["sizes"].items()) or "example sizes"
+            errors = ", ".join(f"{e:.2g}" for e in check["max_errors"])
+            verdict = "ok" if check["ok"] else f"WRONG: {check['error']}"
+            lines.append(f"  numerics at {sizes}: max error per output [{errors}] {verdict}")
     if failure is None and model["partitions"] == 0:
         lines.append("  (MetalPartitioner delegated nothing: no part of this model would run on Metal)")
     elif not model["kernels"] and failure is None:
@@ -237,7 +262,8 @@ def render_table(document: dict[str, Any]) -> str:
     mode = "shimkit plugins" if document["plugins"] else "stock upstream (--no-plugins)"
     out.append("")
     out.append(f"{summary['models']} models with {mode}: {summary['clean']} clean, {summary['missing']} "
-               f"missing kernels, {summary['limitation']} audit limitations, {summary['error']} errors")
+               f"missing kernels, {summary['wrong']} wrong numbers, {summary['limitation']} audit limitations, "
+               f"{summary['error']} errors")
     if summary["missing_kernels"]:
         out.append(f"missing: {', '.join(summary['missing_kernels'])}")
     return "\n".join(out)

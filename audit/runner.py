@@ -18,12 +18,15 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from shimkit.audit import numerics
 from shimkit.audit.fake_mps import ScopedPatches, fake_mps_lowering
+from shimkit.audit.numerics import NumericsReport
 from shimkit.audit.loader import LoadedModel
 from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder, graph_node
 from shimkit.audit.speed import cia_ops_materialized_once
+from shimkit.passes.decompose import Decline, recording_declines
 
-PHASES = ("export", "to_edge", "backend_passes", "inductor", "codegen")
+PHASES = ("export", "to_edge", "backend_passes", "inductor", "codegen", "numerics")
 
 # What real work on the fake device raises here and would not on a Mac: no MPS in this build (device
 # guards, dispatch stubs, kernels) or no data behind a fake weight.
@@ -59,6 +62,8 @@ class ModelAudit:
     failure: Failure | None = None
     timings: dict[str, float] = field(default_factory=dict)
     partitions: int = 0
+    numerics: NumericsReport | None = None
+    declines: list[Decline] = field(default_factory=list)
 
     @property
     def missing(self) -> list[KernelCall]:
@@ -68,7 +73,9 @@ class ModelAudit:
     def status(self) -> str:
         if self.failure is not None:
             return self.failure.kind
-        return "missing" if self.missing else "clean"
+        if self.missing:
+            return "missing"
+        return "wrong" if self.numerics is not None and not self.numerics.ok else "clean"
 
 
 class _PhaseClock:
@@ -104,7 +111,8 @@ class _LoweringWatch:
 
 
 def _watch_lowering(patches: ScopedPatches, backend_cls: type, clock: _PhaseClock,
-                    audit: ModelAudit, watch: _LoweringWatch) -> None:
+                    audit: ModelAudit, watch: _LoweringWatch,
+                    to_inductor: Callable[[Any], None] | None = None) -> None:
     """Time the phases, keep upstream's missing-kernel error per partition, and note the FX node
     Inductor was lowering when something failed."""
     import torch._inductor as inductor
@@ -134,6 +142,8 @@ def _watch_lowering(patches: ScopedPatches, backend_cls: type, clock: _PhaseCloc
     original_aot_compile = inductor.aot_compile
 
     def aot_compile(*args, **kwargs):
+        if to_inductor is not None:
+            to_inductor(args[0] if args else kwargs["gm"])
         watch.current_phase = "inductor"
         with clock.phase("inductor"):
             return original_aot_compile(*args, **kwargs)
@@ -189,13 +199,17 @@ def export_model(loaded: LoadedModel) -> torch.export.ExportedProgram:
     if loaded.exported is not None:
         return loaded.exported
     model = loaded.model.eval() if isinstance(loaded.model, torch.nn.Module) else loaded.model
-    return torch.export.export(model, tuple(loaded.example_inputs), strict=False)
+    return torch.export.export(model, tuple(loaded.example_inputs), dynamic_shapes=loaded.dynamic_shapes,
+                               strict=False)
 
 
-def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = True) -> ModelAudit:
+def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = True,
+                 check_numerics: bool = False) -> ModelAudit:
     """Audit one loaded model with the backend configured from ``config`` (a registry
     ``BackendConfig``); ``None`` audits the stock upstream ``MetalBackend``. ``speedups=False``
-    leaves out :mod:`shimkit.audit.speed` (same report, slower; for comparing the two)."""
+    leaves out :mod:`shimkit.audit.speed` (same report, slower; for comparing the two).
+    ``check_numerics`` also runs the programs handed to Inductor on the CPU against eager
+    (:mod:`shimkit.audit.numerics`)."""
     audit = ModelAudit(loaded.name, plugins=config is not None)
     clock = _PhaseClock()
     leftovers = _LoweringLeftovers()
@@ -207,14 +221,14 @@ def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = Tr
             speed.callback(speed_patches.undo)
             cia_ops_materialized_once(speed_patches)
         speed.callback(leftovers.release)
-        _audit_into(audit, loaded, config, clock, watch, recorder)
+        _audit_into(audit, loaded, config, clock, watch, recorder, check_numerics)
     audit.kernels = list(recorder.calls.values())
     audit.timings = {phase: clock.totals.get(phase, 0.0) for phase in PHASES}
     return audit
 
 
 def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, clock: _PhaseClock,
-                watch: _LoweringWatch, recorder: KernelRecorder) -> None:
+                watch: _LoweringWatch, recorder: KernelRecorder, check_numerics: bool = False) -> None:
     from executorch.backends.apple.metal.metal_backend import MetalBackend
     from executorch.backends.apple.metal.metal_partitioner import MetalPartitioner
     from executorch.exir import to_edge_transform_and_lower
@@ -223,24 +237,36 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
         with clock.phase("export"):
             exported = export_model(loaded)
         watch.current_phase = "to_edge"
+        delegates: list[torch.fx.GraphModule] = []
         with contextlib.ExitStack() as scope:
             if config is not None:
                 from shimkit.integration import registry_backend
 
                 scope.enter_context(registry_backend(MetalBackend, config))
-            scope.enter_context(fake_mps_lowering(MetalBackend))
+            session = scope.enter_context(fake_mps_lowering(MetalBackend))
             scope.enter_context(recorder.recording())
+            audit.declines = scope.enter_context(recording_declines())
             patches = ScopedPatches()
             scope.callback(patches.undo)
-            _watch_lowering(patches, MetalBackend, clock, audit, watch)
+            to_inductor = None
+            if check_numerics:
+                def to_inductor(module: Any) -> None:
+                    delegates.append(numerics.cpu_copy(module, session.real_values.find))
+            _watch_lowering(patches, MetalBackend, clock, audit, watch, to_inductor)
             audit.supported = frozenset(MetalBackend.get_supported_fallback_kernels())
             with clock.phase("to_edge"):
-                to_edge_transform_and_lower(
+                lowered = to_edge_transform_and_lower(
                     exported,
                     partitioner=[MetalPartitioner([MetalBackend.generate_method_name_compile_spec("forward")])],
                 )
     except Exception as error:
         audit.failure = _describe_failure(error, watch)
+        return
+    if check_numerics:
+        eager = loaded.model if loaded.exported is None else exported.module()
+        with clock.phase("numerics"):
+            audit.numerics = numerics.compare(lowered.exported_program(), delegates, eager, exported,
+                                              tuple(loaded.example_inputs or exported.example_inputs[0]))
 
 
 class _LoweringLeftovers:
@@ -309,7 +335,7 @@ class AuditRun:
 
 
 def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = None,
-              speedups: bool = True,
+              speedups: bool = True, check_numerics: bool = False,
               on_progress: Callable[[int, int, str, ModelAudit | None], None] | None = None) -> AuditRun:
     """Audit each MODEL in ``specs``. ``registry`` defaults to the process-wide one; with
     ``plugins=False`` the stock backend is audited and the registry only informs fix hints.
@@ -332,7 +358,7 @@ def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = 
             audit = ModelAudit(spec, plugins=plugins,
                                failure=Failure(kind="error", phase="load", message=str(error)))
         else:
-            audit = audit_loaded(loaded, config=config, speedups=speedups)
+            audit = audit_loaded(loaded, config=config, speedups=speedups, check_numerics=check_numerics)
         models.append(audit)
         if on_progress:
             on_progress(index, len(specs), spec, audit)

@@ -2,7 +2,7 @@
 real Metal users hit (the seed's split + linear, MobileNet classifiers, YOLO necks, a Parakeet-like
 conformer block, a KV-cache decoder step, cumsum and baddbmm).
 
-Every factory returns ``(model, example_inputs)`` and seeds its own weights without touching the
+Every factory returns ``(model, example_inputs)`` (``position_ids_dynamic`` adds its dynamic shapes) and seeds its own weights without touching the
 global RNG, so audits are reproducible and importing the zoo has no side effects.
 """
 
@@ -36,4 +36,6 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
              "transformer decoder step updating a KV cache with index_copy_ and index_put_"),
     ZooModel("cumsum", ops.cumsum_model, "running sums with cumsum (aoti_torch_mps_cumsum upstream)"),
     ZooModel("baddbmm", ops.baddbmm_model, "batched matmul plus bias with baddbmm"),
+    ZooModel("position_ids_dynamic", ops.position_ids_dynamic,
+             "RoBERTa-style cumsum position ids with a dynamic sequence length (2..64)"),
 )}

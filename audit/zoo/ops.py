@@ -58,3 +58,29 @@ class BiasedBatchMatmul(nn.Module):
 @seeded
 def baddbmm_model():
     return BiasedBatchMatmul(), (torch.randn(4, 8, 16), torch.randn(4, 8, 16))
+
+
+class PositionIds(nn.Module):
+    """RoBERTa's position ids (``cumsum`` of the padding mask) feeding embeddings and a projection,
+    exported with a dynamic sequence length: the pattern that once lowered clean and computed wrong
+    positions at every length but the example's."""
+
+    def __init__(self, vocab: int = 32, width: int = 16, max_positions: int = 80, padding: int = 1) -> None:
+        super().__init__()
+        self.padding = padding
+        self.tokens = nn.Embedding(vocab, width, padding_idx=padding)
+        self.positions = nn.Embedding(max_positions, width, padding_idx=padding)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        mask = input_ids.ne(self.padding).int()
+        position_ids = torch.cumsum(mask, dim=1).type_as(mask) * mask + self.padding
+        return self.proj(self.tokens(input_ids) + self.positions(position_ids))
+
+
+@seeded
+def position_ids_dynamic():
+    generator = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(0, 32, (2, 16), generator=generator)
+    seq = torch.export.Dim("seq", min=2, max=64)
+    return PositionIds(), (input_ids,), ({1: seq},)

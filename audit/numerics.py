@@ -1,0 +1,237 @@
+"""``shimkit audit --check-numerics``: run what the backend hands to Inductor, on the CPU, against eager.
+
+"Lowers" is not "computes right": a decomposition that bakes the example size into a dynamic-shape
+program lowers cleanly and returns wrong numbers at every other size. The audit already runs the
+real lowering, so the exact ``GraphModule`` that ``MetalBackend.preprocess`` passes to
+``torch._inductor.aot_compile`` (after shimkit's passes and decompositions) is at hand. This module
+
+* keeps a CPU copy of each such module as it goes to Inductor (its graph as is; its fake mps weights
+  replaced by the real values they were made from; ``device=mps`` arguments pointed at the CPU),
+* runs the model's whole top-level program with each delegate call answered by that copy, at the
+  example sizes and at other sizes the exported dynamic dimensions allow (their bounds, one past the
+  example, and an unbounded dimension at twice the example plus one),
+* and compares every output with the eager model on the same inputs, reporting the largest error.
+
+What it proves: the graph shimkit produced computes the model's function at those sizes, with ATen's
+CPU kernels standing in for the Metal ones. What it does not: that Inductor's Metal code or the
+runtime's kernels compute the same (that is the Metal executor's job, docs/metal.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import sympy
+import torch
+from torch import fx
+from torch.utils import _pytree as pytree
+from torch.utils._sympy.numbers import int_oo
+
+CPU = torch.device("cpu")
+# Largest absolute error allowed relative to the output's magnitude: the graph sums and multiplies
+# in another order than eager (decompositions, fusions), which costs a few ulps of float32 and of the
+# half types; a baked size or a wrong decomposition is off by whole units.
+TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+
+
+class NumericsUnavailable(RuntimeError):
+    """The program cannot be run on the CPU as captured (the message says why)."""
+
+
+@dataclass
+class NumericsCheck:
+    """One run at one set of sizes: the largest error of each output, and whether all are within
+    tolerance."""
+
+    sizes: dict[str, int]
+    max_errors: list[float]
+    ok: bool
+    error: str | None = None
+
+
+@dataclass
+class NumericsReport:
+    checks: list[NumericsCheck] = field(default_factory=list)
+    unavailable: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.unavailable is None and all(check.ok for check in self.checks)
+
+
+def cpu_copy(module: fx.GraphModule, real_value: Callable[[torch.Tensor], torch.Tensor | None]) -> fx.GraphModule:
+    """``module`` with its graph unchanged, its tensor attributes replaced by the real CPU values
+    behind them (``real_value(fake)``), and every ``device`` argument pointed at the CPU."""
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(module.graph, {}))
+    graph._codegen = module.graph._codegen
+    attributes: dict[str, Any] = {}
+    for node in graph.nodes:
+        if node.op == "get_attr":
+            value = _attribute(module, node.target)
+            if isinstance(value, torch.Tensor):
+                real = real_value(value)
+                if real is None:
+                    raise NumericsUnavailable(f"no real value is known for {node.target}")
+                value = real
+            attributes[node.target] = value
+        if "device" in node.kwargs:
+            node.kwargs = {**node.kwargs, "device": CPU}
+        if node.op == "call_function" and node.target is torch.ops.aten.to.device:
+            node.args = (node.args[0], CPU, *node.args[2:])
+    copy = fx.GraphModule(attributes, graph)
+    copy.recompile()
+    return copy
+
+
+def _attribute(module: torch.nn.Module, target: str) -> Any:
+    owner: Any = module
+    for part in target.split("."):
+        owner = getattr(owner, part)
+    return owner
+
+
+def dynamic_dimensions(exported: torch.export.ExportedProgram) -> dict[sympy.Symbol, tuple[str, int]]:
+    """Each dynamic dimension of the program's inputs: where it first appears (``x.shape[1]``) and
+    its example value."""
+    found: dict[sympy.Symbol, tuple[str, int]] = {}
+    for node in exported.graph.find_nodes(op="placeholder"):
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor):
+            for dim, size in enumerate(value.shape):
+                if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
+                    found.setdefault(size.node.expr, (f"{node.name}.shape[{dim}]", size.node.hint))
+    return found
+
+
+def size_plans(exported: torch.export.ExportedProgram) -> list[dict[sympy.Symbol, int]]:
+    """Values for the program's dynamic dimensions: the example's, then each bound and one past the
+    example (an unbounded dimension at twice the example plus one), all symbols moved together."""
+    hints = {symbol: hint for symbol, (_, hint) in dynamic_dimensions(exported).items()}
+    plans = [dict(hints)]
+    if not hints:
+        return plans
+    ranges = {symbol: exported.range_constraints.get(symbol) for symbol in hints}
+
+    def bounded(symbol: sympy.Symbol, value: int) -> int:
+        limits = ranges[symbol]
+        if limits is None:
+            return value
+        low = int(limits.lower) if limits.lower not in (-int_oo, -sympy.oo) else 0
+        high = None if limits.upper in (int_oo, sympy.oo) else int(limits.upper)
+        return max(low, value if high is None else min(high, value))
+
+    for pick in ("lower", "upper", "next"):
+        plan = {}
+        for symbol, hint in hints.items():
+            limits = ranges[symbol]
+            if pick == "next":
+                plan[symbol] = bounded(symbol, hint + 1)
+            elif pick == "lower":
+                plan[symbol] = bounded(symbol, int(limits.lower) if limits is not None else hint)
+            else:
+                finite = limits is not None and limits.upper not in (int_oo, sympy.oo)
+                plan[symbol] = int(limits.upper) if finite else 2 * hint + 1
+        if plan not in plans:
+            plans.append(plan)
+    return plans
+
+
+def inputs_at(exported: torch.export.ExportedProgram, examples: tuple[Any, ...], plan: dict[sympy.Symbol, int],
+              generator: torch.Generator) -> tuple[Any, ...]:
+    """Fresh inputs shaped for ``plan``: floating inputs from a normal distribution, integer and bool
+    inputs drawn from the range of values the example holds (so indices stay valid)."""
+    user_nodes = [n for n in exported.graph.find_nodes(op="placeholder")
+                  if n.name in exported.graph_signature.user_inputs]
+    flat, spec = pytree.tree_flatten(examples)
+    tensors = [i for i, leaf in enumerate(flat) if isinstance(leaf, torch.Tensor)]
+    if len(tensors) != len(user_nodes):
+        raise NumericsUnavailable(f"{len(tensors)} example tensors for {len(user_nodes)} program inputs")
+    fresh = list(flat)
+    for index, node in zip(tensors, user_nodes):
+        example = flat[index]
+        shape = [int(s.node.expr.xreplace(plan)) if isinstance(s, torch.SymInt) else int(s)
+                 for s in node.meta["val"].shape]
+        fresh[index] = _like(example, shape, generator)
+    return pytree.tree_unflatten(fresh, spec)
+
+
+def _like(example: torch.Tensor, shape: list[int], generator: torch.Generator) -> torch.Tensor:
+    if example.dtype.is_floating_point or example.dtype.is_complex:
+        return torch.randn(shape, generator=generator, dtype=torch.float64).to(example.dtype)
+    if example.dtype == torch.bool:
+        return torch.rand(shape, generator=generator) < 0.5
+    low, high = (int(example.min()), int(example.max())) if example.numel() else (0, 1)
+    return torch.randint(low, high + 1, shape, generator=generator, dtype=example.dtype)
+
+
+class _DelegatesOnCpu(fx.Interpreter):
+    """Runs a lowered program, answering each delegate call with the CPU copy of its Inductor input."""
+
+    def __init__(self, module: fx.GraphModule, programs: dict[str, fx.GraphModule]) -> None:
+        super().__init__(module)
+        self.programs = programs
+
+    def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
+        from executorch.exir.delegate import executorch_call_delegate
+
+        if target is executorch_call_delegate:
+            lowered, *operands = args
+            name = next(n for n, m in self.module.named_children() if m is lowered)
+            return self.programs[name](*operands)
+        return super().call_function(target, args, kwargs)
+
+
+def compare(lowered: torch.export.ExportedProgram, delegates: list[fx.GraphModule],
+            eager: Callable[..., Any], exported: torch.export.ExportedProgram, examples: tuple[Any, ...],
+            *, seed: int = 0) -> NumericsReport:
+    """Check ``lowered`` (the top-level program after ``to_edge_transform_and_lower``), its delegate
+    calls answered in order by ``delegates``, against ``eager`` at every :func:`size_plans` plan."""
+    report = NumericsReport()
+    top = lowered.module()
+    names = sorted((n for n, m in top.named_children() if type(m).__name__ == "LoweredBackendModule"),
+                   key=lambda n: int(n.rsplit("_", 1)[-1]) if n.rsplit("_", 1)[-1].isdigit() else 0)
+    if len(names) != len(delegates):
+        report.unavailable = f"{len(names)} delegate calls but {len(delegates)} programs reached Inductor"
+        return report
+    interpreter = _DelegatesOnCpu(top, dict(zip(names, delegates)))
+    generator = torch.Generator().manual_seed(seed)
+    where = dynamic_dimensions(exported)
+    for plan in size_plans(exported):
+        sizes = {where[symbol][0]: value for symbol, value in plan.items()}
+        inputs = inputs_at(exported, examples, plan, generator) if plan else examples
+        with torch.no_grad():
+            expected = pytree.tree_leaves(eager(*inputs))
+            try:
+                actual = pytree.tree_leaves(interpreter.run(*pytree.tree_leaves(inputs)))
+            except Exception as error:
+                report.checks.append(NumericsCheck(sizes, [], False, f"{type(error).__name__}: {error}"[:500]))
+                continue
+        report.checks.append(_compare(sizes, actual, expected))
+    return report
+
+
+def _compare(sizes: dict[str, int], actual: list[Any], expected: list[Any]) -> NumericsCheck:
+    if len(actual) != len(expected):
+        return NumericsCheck(sizes, [], False, f"{len(actual)} outputs, eager has {len(expected)}")
+    errors, ok, problem = [], True, None
+    for index, (got, want) in enumerate(zip(actual, expected)):
+        if not isinstance(want, torch.Tensor):
+            continue
+        if got.shape != want.shape or got.dtype != want.dtype:
+            return NumericsCheck(sizes, errors, False, f"output {index} is {got.dtype}{list(got.shape)}, "
+                                 f"eager gives {want.dtype}{list(want.shape)}")
+        if not want.numel():
+            errors.append(0.0)
+            continue
+        got64, want64 = got.double(), want.double()
+        same_special = (got64.isnan() & want64.isnan()) | (got64 == want64)
+        difference = torch.where(same_special, 0.0, (got64 - want64).abs())
+        error = float(difference.nan_to_num(nan=float("inf")).max())
+        errors.append(error)
+        scale = float(want64[want64.isfinite()].abs().max()) if want64.isfinite().any() else 1.0
+        tolerance = TOLERANCE.get(want.dtype, 0.0) * max(1.0, scale)
+        if error > tolerance:
+            ok, problem = False, problem or f"output {index}: max error {error:.3g} > {tolerance:.3g}"
+    return NumericsCheck(sizes, errors, ok, problem)

@@ -1,0 +1,88 @@
+"""``shimkit audit --check-numerics``: the program handed to Inductor, run on the CPU, against eager."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.export import Dim, export
+
+from registry_helpers import CLEAN_ENV
+from shimkit.audit import run_audit, to_json
+from shimkit.audit.cli import configure_parser, run
+from shimkit.audit.numerics import size_plans
+from shimkit.registry import OpPlugin, PluginRegistry, hookimpl
+
+CUMSUM = "aten::cumsum.default"
+
+
+def fixed_four_step_cumsum(self, dim, *, dtype=None):
+    """A scan with the step count of the example length 16 written in: no guard, wrong past 16."""
+    values = self.to(dtype or (torch.int64 if not self.is_floating_point() else self.dtype))
+    length = values.shape[dim]
+    positions = torch.arange(length, device=values.device)
+    along = [length if d == dim % values.dim() else 1 for d in range(values.dim())]
+    for shift in (1, 2, 4, 8):
+        source = positions - shift
+        earlier = values.index_select(dim, source.clamp(min=0))
+        values = values + torch.where((source >= 0).reshape(along), earlier, torch.zeros((), dtype=values.dtype))
+    return values
+
+
+class BakedCumsum:
+    @hookimpl
+    def shimkit_op_plugins(self):
+        yield OpPlugin(name="baked-cumsum", ops=(CUMSUM,), priority=10,
+                       decompositions={CUMSUM: fixed_four_step_cumsum})
+
+
+def test_the_dynamic_zoo_model_matches_eager_at_its_bounds_and_past_the_example():
+    result = run_audit(["position_ids_dynamic"], registry=PluginRegistry(env=CLEAN_ENV), check_numerics=True)
+    audit = result.models[0]
+    assert audit.status == "clean"
+    sizes = [check.sizes["input_ids.shape[1]"] for check in audit.numerics.checks]
+    assert sizes == [16, 2, 64, 17]
+    assert all(check.ok and check.max_errors == [0.0] for check in audit.numerics.checks)
+
+
+def test_a_decomposition_that_bakes_the_example_size_is_reported_wrong_with_exit_1(capsys):
+    registry = PluginRegistry(env=CLEAN_ENV)
+    registry.register(BakedCumsum(), name="baked")
+    result = run_audit(["position_ids_dynamic"], registry=registry, check_numerics=True)
+    audit = result.models[0]
+    assert audit.status == "wrong" and not audit.missing  # it lowers clean: only numerics can tell
+    by_size = {check.sizes["input_ids.shape[1]"]: check for check in audit.numerics.checks}
+    assert by_size[16].ok and by_size[2].ok
+    assert not by_size[17].ok and not by_size[64].ok
+    assert by_size[64].max_errors[0] > 1
+    document = to_json(result)
+    assert document["exit_code"] == 1 and document["summary"]["wrong"] == 1
+    assert document["models"][0]["numerics"]["checks"][2]["ok"] is False
+
+
+def test_the_json_report_carries_numerics_per_model():
+    args = configure_parser(__import__("argparse").ArgumentParser()).parse_args(
+        ["--json", "--quiet", "--check-numerics", "cumsum"])
+    import io
+    out, err = io.StringIO(), io.StringIO()
+    assert run(args, stdout=out, stderr=err) == 0
+    model = json.loads(out.getvalue())["models"][0]
+    assert model["numerics"]["ok"] is True
+    assert model["numerics"]["checks"][0]["sizes"] == {}  # a static model: the example sizes only
+    assert model["numerics"]["checks"][0]["max_errors"][0] < 1e-5
+
+
+class Scan(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.cumsum(x, 1), y * 2
+
+
+@pytest.mark.parametrize("dims, expected", [
+    ({1: Dim("seq", min=3, max=40)}, [{"x": 16}, {"x": 3}, {"x": 40}, {"x": 17}]),
+    ({1: Dim("seq", min=3)}, [{"x": 16}, {"x": 3}, {"x": 33}, {"x": 17}]),  # unbounded: 2 * 16 + 1
+])
+def test_size_plans_cover_bounds_and_the_next_size(dims, expected):
+    program = export(Scan(), (torch.randn(2, 16), torch.randn(3)), dynamic_shapes=(dims, None))
+    plans = [{"x": value for value in plan.values()} for plan in size_plans(program)]
+    assert plans == expected
