@@ -42,7 +42,8 @@ def addmm_decomposition(self, mat1, mat2, *, beta=1, alpha=1):
         if alpha != 1:
             product = product * alpha
     if beta == 0:
-        torch.broadcast_shapes(self.shape, product.shape)  # ATen rejects a self that cannot broadcast
+        if _static(self.shape, product.shape):  # traced, export already checked the op's shapes
+            torch.broadcast_shapes(self.shape, product.shape)  # ATen rejects a self that cannot broadcast
         result = product
     else:
         result = product + (self if beta == 1 else self * beta)
@@ -58,6 +59,10 @@ def addmm_reference(self, mat1, mat2, *, beta=1, alpha=1):
     if alpha == 0:
         mat1 = torch.zeros_like(mat1)
     return torch.addmm(self, mat1, mat2, beta=beta, alpha=alpha).to(result_dtype)
+
+
+def _static(*shapes: torch.Size) -> bool:
+    return not any(isinstance(size, torch.SymInt) for shape in shapes for size in shape)
 
 
 @hookimpl

@@ -31,7 +31,8 @@ def baddbmm_decomposition(self, batch1, batch2, *, beta=1, alpha=1):
         if alpha != 1:
             product = product * alpha
     if beta == 0:
-        torch.broadcast_shapes(self.shape, product.shape)  # ATen rejects a self that cannot broadcast
+        if _static(self.shape, product.shape):  # traced, export already checked the op's shapes
+            torch.broadcast_shapes(self.shape, product.shape)  # ATen rejects a self that cannot broadcast
         result = product
     else:
         result = product + (self if beta == 1 else self * beta)
@@ -47,6 +48,25 @@ def baddbmm_reference(self, batch1, batch2, *, beta=1, alpha=1):
     return torch.baddbmm(self, batch1, batch2, beta=beta, alpha=alpha).to(result_dtype)
 
 
+def baddbmm_inputs():
+    """``(self, batch1, batch2)`` of matching sizes (empty ones too), ``self`` full or broadcast."""
+    from hypothesis import strategies as st
+
+    from shimkit.testing import tensors
+
+    def calls(sizes):
+        b, n, k, m = sizes
+        self_shapes = st.sampled_from([(b, n, m), (n, m), (m,), (1, 1, m)])
+        return st.tuples(self_shapes.flatmap(lambda shape: tensors(shape, torch.float32)),
+                         tensors((b, n, k), torch.float32), tensors((b, k, m), torch.float32))
+
+    return st.tuples(*[st.integers(0, 4)] * 4).flatmap(calls)
+
+
+def _static(*shapes: torch.Size) -> bool:
+    return not any(isinstance(size, torch.SymInt) for shape in shapes for size in shape)
+
+
 @hookimpl
 def shimkit_op_plugins():
     yield OpPlugin(
@@ -54,5 +74,6 @@ def shimkit_op_plugins():
         ops=(BADDBMM,),
         decompositions={BADDBMM: baddbmm_decomposition},
         references={BADDBMM: baddbmm_reference},
+        input_strategies={BADDBMM: baddbmm_inputs},
         doc="baddbmm as bmm plus a scaled add where the device has no baddbmm shim.",
     )

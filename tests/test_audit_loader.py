@@ -48,7 +48,7 @@ def test_file_factory_loads_model_and_inputs(tmp_path):
     ("def other():\n    pass\n", ":make", "defines no callable 'make'; callables defined there: other"),
     ("def make():\n    raise ValueError('no weights here')\n", ":make",
      "the factory raised ValueError: no weights here (at "),
-    ("def make():\n    return torch.nn.ReLU()\n", ":make", "must return (model, example_inputs), got ReLU"),
+    ("def make():\n    return torch.nn.ReLU()\n", ":make", "must return (model, example_inputs) or (model, example_inputs, dynamic_shapes), got ReLU"),
     ("def make():\n    return torch.nn.ReLU(), 3\n", ":make", "example_inputs must be a tensor or a tuple"),
     ("raise ImportError('broken import')\n", ":make", "importing"),
     ("def make():\n    pass\n", ":1make", "is not a Python identifier"),

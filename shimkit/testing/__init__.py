@@ -23,7 +23,7 @@ _EXPORTS = {
     "opspecs": ("SELF", "OpSpec", "TensorArg", "UnsupportedOpError", "op_arguments", "op_spec"),
     "programs": ("INPLACE_OPS", "MATMUL_OPS", "POINTWISE_OPS", "VIEW_COPY_OPS", "VIEW_OPS", "Program",
                "graphs"),
-    "properties": ("PropertyFailure", "apply", "assert_eliminates", "assert_idempotent",
+    "properties": ("PropertyFailure", "apply", "assert_decomposition_dynamic", "assert_eliminates", "assert_idempotent",
                    "assert_matches_reference", "assert_meta_consistent", "assert_plugin_matches_reference",
                    "assert_preserves_semantics", "meta_problems", "observe"),
 }

@@ -266,6 +266,86 @@ def assert_matches_reference(implementation: Callable, reference: Callable, args
         raise PropertyFailure(f"{failure}\n  arguments: ({_arguments_text(args, kwargs)})") from None
 
 
+class _OpCall(torch.nn.Module):
+    """``op`` called with the given non-tensor arguments and the module's tensor inputs in place."""
+
+    def __init__(self, op: Callable, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.op, self.args, self.kwargs = op, list(args), dict(kwargs)
+        self.slots = [i for i, a in enumerate(self.args) if isinstance(a, torch.Tensor)]
+        self.keyword_slots = [k for k, v in self.kwargs.items() if isinstance(v, torch.Tensor)]
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return (*(self.args[i] for i in self.slots), *(self.kwargs[k] for k in self.keyword_slots))
+
+    def call_with(self, tensors: Sequence[torch.Tensor]) -> tuple[list[Any], dict[str, Any]]:
+        args, kwargs = list(self.args), dict(self.kwargs)
+        for slot, tensor in zip(self.slots + self.keyword_slots, tensors):
+            if isinstance(slot, int):
+                args[slot] = tensor
+            else:
+                kwargs[slot] = tensor
+        return args, kwargs
+
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        args, kwargs = self.call_with(tensors)
+        return self.op(*args, **kwargs)
+
+
+def assert_decomposition_dynamic(op: Any, decomposition: Callable, reference: Callable, args: Sequence[Any],
+                                 kwargs: Mapping[str, Any] | None = None, *, rtol: float | None = None,
+                                 atol: float | None = None) -> None:
+    """``decomposition``, spliced into a program exported with every tensor dimension dynamic, agrees
+    with ``reference`` at sizes other than the example's: each dimension's bounds and one past it.
+
+    Eager checks cannot see a decomposition that reads a size as a Python number and bakes it in (a
+    scan with the example's step count): it is right at every size it is called with. Traced on
+    symbolic sizes it either guards (refused by the decomposition pass, reported here) or computes
+    the same graph at every size, which is then run at other sizes.
+    """
+    from torch.export import Dim
+
+    from shimkit.audit.numerics import inputs_at, size_plans
+    from shimkit.passes import DecomposeInPlace
+    from shimkit.registry import resolve_op
+
+    overload = resolve_op(op) if isinstance(op, str) else op
+    # Distinct inputs: export gives a tensor passed twice one placeholder, and the sizes below vary
+    # each input on its own.
+    args = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    kwargs = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in (kwargs or {}).items()}
+    module = _OpCall(overload, args, kwargs)
+    tensors = module.tensors()
+    if not tensors:
+        return
+    label = f"dynamic-shape decomposition of {canonical_op_name(op)}"
+    try:
+        program = torch.export.export(module, tensors, strict=False,
+                                      dynamic_shapes=(tuple({d: Dim.AUTO for d in range(t.dim())} for t in tensors),))
+    except torch._dynamo.exc.UserError:
+        return  # a call torch cannot export with dynamic dims (data-dependent sizes) is outside this check
+    try:
+        DecomposeInPlace({overload: decomposition})(program)
+    except Exception as error:
+        raise PropertyFailure(f"{label}: {_exception_text(error)}\n  arguments: "
+                              f"({_arguments_text(args, kwargs or {})})") from error
+    generator = torch.Generator().manual_seed(0)
+    for plan in size_plans(program)[1:]:
+        resized = inputs_at(program, tensors, plan, generator)
+        call_args, call_kwargs = module.call_with(resized)
+        try:
+            expected = reference(*[a.clone() if isinstance(a, torch.Tensor) else a for a in call_args], **call_kwargs)
+        except Exception:
+            continue  # the op itself rejects these sizes (a relation export could not see)
+        try:
+            actual = program.module()(*resized)
+            _compare("result", actual, expected, rtol, atol)
+        except Exception as error:
+            sizes = ", ".join(f"{tuple(t.shape)}" for t in resized)
+            raise PropertyFailure(f"{label} at input sizes {sizes} (example: "
+                                  f"{', '.join(str(tuple(t.shape)) for t in tensors)}): {error}") from None
+
+
 def _find_plugin(plugin: str | OpPlugin, registry) -> OpPlugin:
     if isinstance(plugin, OpPlugin):
         return plugin
@@ -279,10 +359,12 @@ def _find_plugin(plugin: str | OpPlugin, registry) -> OpPlugin:
 
 def assert_plugin_matches_reference(plugin: str | OpPlugin, *, kernels: Mapping[Any, Callable] | None = None,
                                     registry=None, rtol: float | None = None, atol: float | None = None,
-                                    settings=None) -> None:
+                                    settings=None, dynamic: bool = True) -> None:
     """Every decomposition of ``plugin`` (and every kernel in ``kernels``, op -> callable) agrees with
     the plugin's eager ``references`` on inputs from its ``input_strategies`` (or, for an op without
-    one, from :func:`~shimkit.testing.opspecs.op_arguments`).
+    one, from :func:`~shimkit.testing.opspecs.op_arguments`). With ``dynamic`` (the default) each
+    decomposition is also traced with dynamic dimensions and checked at other sizes
+    (:func:`assert_decomposition_dynamic`).
 
     Runs hypothesis itself under the loaded profile (or ``settings``): one line in a test.
     """
@@ -321,6 +403,9 @@ def assert_plugin_matches_reference(plugin: str | OpPlugin, *, kernels: Mapping[
         (label, implementation, reference, _), (args, kwargs) = case
         try:
             assert_matches_reference(implementation, reference, args, kwargs, rtol=rtol, atol=atol)
+            if dynamic and label.startswith(f"{record.name}: decomposition of "):
+                op = label.rsplit(" ", 1)[1]
+                assert_decomposition_dynamic(op, implementation, reference, args, kwargs, rtol=rtol, atol=atol)
         except PropertyFailure as failure:
             raise PropertyFailure(f"{label}: {failure}") from None
 
