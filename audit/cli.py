@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import sys
 import time
 import warnings
@@ -29,8 +30,8 @@ a saved .pt2 ExportedProgram. Without MODEL the whole bundled zoo is audited.
 """
 
 EPILOG = """\
-exit status: 0 all clean, 1 missing kernels or wrong numbers (--check-numerics), 2 audit could not run
-(see docs/audit.md)
+exit status: 0 all clean, 1 missing kernels or wrong numbers (--check-numerics), 2 audit could not run,
+130 interrupted (the report still covers the models audited so far; see docs/audit.md)
 """
 
 
@@ -106,7 +107,8 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
     specs = list(args.models) or list(ZOO)
     progress = None if args.quiet else _progress(stderr)
     try:
-        with _quiet_libraries():
+        # What models and factories print goes to stderr: stdout carries the report alone.
+        with _quiet_libraries(), contextlib.redirect_stdout(stderr):
             result = run_audit(specs, plugins=not args.no_plugins, on_progress=progress,
                                check_numerics=args.check_numerics)
     except ShimkitPluginError as error:
@@ -127,9 +129,27 @@ def run_command(args: argparse.Namespace) -> int:
     itself, for callers inside their own process, leaves the garbage collector alone."""
     from shimkit.audit.speed import freeze_imported_heap
 
-    if not args.list_zoo:
-        freeze_imported_heap()
-    return run(args)
+    if args.list_zoo:
+        return run(args)
+    freeze_imported_heap()
+    report = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    with report, _stdout_descriptor_to_stderr():
+        return run(args, stdout=report)
+
+
+@contextlib.contextmanager
+def _stdout_descriptor_to_stderr() -> Iterator[None]:
+    """Point file descriptor 1 at stderr for the block, so that native code (a C++ extension, a
+    compiler) printing during an audit cannot corrupt the report either."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,8 @@ class LoadedModel:
 def _from_factory(name: str, factory: Any, where: str) -> LoadedModel:
     try:
         produced = factory()
+    except SystemExit as stop:  # sys.exit() in user code must end this model, not the whole audit
+        raise ModelLoadError(f"{where}: the factory called sys.exit({stop.code!r})") from None
     except Exception as error:
         frame = traceback.extract_tb(error.__traceback__)[-1]
         raise ModelLoadError(
@@ -77,6 +79,9 @@ def _load_file_factory(spec: str) -> LoadedModel:
     sys.modules[module_name] = module
     try:
         import_spec.loader.exec_module(module)
+    except SystemExit as stop:
+        sys.modules.pop(module_name, None)
+        raise ModelLoadError(f"{spec}: importing {str(path)!r} called sys.exit({stop.code!r})") from None
     except Exception as error:
         sys.modules.pop(module_name, None)
         frame = traceback.extract_tb(error.__traceback__)[-1]

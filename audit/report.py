@@ -19,13 +19,17 @@ SCHEMA_VERSION = 1  # additions since: "numerics", "declines" per model; status 
 EXIT_CLEAN = 0
 EXIT_MISSING = 1
 EXIT_INCOMPLETE = 2
+EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
 
 UPSTREAM_PROVIDER = "upstream MetalBackend.get_supported_fallback_kernels()"
 FIX_DOC = "docs/audit.md#fixing-a-missing-kernel"
 
 
 def exit_code(run: AuditRun) -> int:
-    """2 if any model could not be audited to the end, else 1 if any kernel is missing, else 0."""
+    """130 if interrupted, 2 if any model could not be audited to the end, else 1 if any kernel is
+    missing or any numerics check failed, else 0."""
+    if run.interrupted:
+        return EXIT_INTERRUPTED
     statuses = {m.status for m in run.models}
     if statuses & {"limitation", "error"}:
         return EXIT_INCOMPLETE
@@ -168,7 +172,7 @@ def _version(distribution: str) -> str | None:
 def to_json(run: AuditRun) -> dict[str, Any]:
     models = [_model_json(m, run) for m in run.models]
     counts = {status: sum(m["status"] == status for m in models)
-              for status in ("clean", "missing", "wrong", "limitation", "error")}
+              for status in ("clean", "missing", "wrong", "limitation", "error", "interrupted")}
     code = exit_code(run)
     return {
         "schema_version": SCHEMA_VERSION,
@@ -177,7 +181,8 @@ def to_json(run: AuditRun) -> dict[str, Any]:
         "backend": "MetalBackend",
         "device": "mps",
         "plugins": run.plugins,
-        "status": {EXIT_CLEAN: "clean", EXIT_MISSING: "missing", EXIT_INCOMPLETE: "incomplete"}[code],
+        "status": {EXIT_CLEAN: "clean", EXIT_MISSING: "missing", EXIT_INCOMPLETE: "incomplete",
+                   EXIT_INTERRUPTED: "interrupted"}[code],
         "exit_code": code,
         "summary": {
             "models": len(models),
@@ -217,8 +222,9 @@ def render_model(model: dict[str, Any]) -> str:
             lines.append(f"    fix: {fix}")
     failure = model["failure"]
     if failure is not None:
-        label = ("audit limitation (lowering ran real work on the fake mps device)"
-                 if failure["kind"] == "limitation" else "audit could not run")
+        label = {"limitation": "audit limitation (lowering ran real work on the fake mps device)",
+                 "interrupted": "interrupted (the models after it were not audited)"}.get(
+                     failure["kind"], "audit could not run")
         lines.append(f"  {label}, during {failure['phase']}: {failure['message']}")
         if failure["op"]:
             lines.append(f"    op {failure['op']}")

@@ -44,7 +44,7 @@ class Failure:
     the fake device, a known gap of the method) or ``error`` (anything else: the model itself, or a
     pass, fails to lower)."""
 
-    kind: str
+    kind: str  # limitation, error or interrupted (Ctrl-C: the models after it were not audited)
     phase: str
     message: str
     op: str | None = None
@@ -259,7 +259,7 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
                     exported,
                     partitioner=[MetalPartitioner([MetalBackend.generate_method_name_compile_spec("forward")])],
                 )
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # sys.exit() in a model's forward ends this model only
         audit.failure = _describe_failure(error, watch)
         return
     if check_numerics:
@@ -332,6 +332,7 @@ class AuditRun:
     plugins: bool
     registry: Any
     config: Any | None
+    interrupted: bool = False
 
 
 def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = None,
@@ -348,18 +349,26 @@ def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = 
 
         registry = get_registry()
     config = registry.backend_config("mps") if plugins else None
-    models = []
-    for index, spec in enumerate(specs):
-        if on_progress:
-            on_progress(index, len(specs), spec, None)
-        try:
-            loaded = load_model(spec)
-        except ModelLoadError as error:
-            audit = ModelAudit(spec, plugins=plugins,
-                               failure=Failure(kind="error", phase="load", message=str(error)))
-        else:
-            audit = audit_loaded(loaded, config=config, speedups=speedups, check_numerics=check_numerics)
-        models.append(audit)
-        if on_progress:
-            on_progress(index, len(specs), spec, audit)
+    models: list[ModelAudit] = []
+    spec = ""
+    try:
+        for index, spec in enumerate(specs):
+            if on_progress:
+                on_progress(index, len(specs), spec, None)
+            try:
+                loaded = load_model(spec)
+            except ModelLoadError as error:
+                audit = ModelAudit(spec, plugins=plugins,
+                                   failure=Failure(kind="error", phase="load", message=str(error)))
+            else:
+                audit = audit_loaded(loaded, config=config, speedups=speedups, check_numerics=check_numerics)
+            models.append(audit)
+            if on_progress:
+                on_progress(index, len(specs), spec, audit)
+    except KeyboardInterrupt:
+        # Patches were undone on the way out. Report what was audited, and the model cut short.
+        if len(models) < len(specs) and (not models or models[-1].name != spec):
+            models.append(ModelAudit(spec, plugins=plugins, failure=Failure(
+                kind="interrupted", phase="interrupted", message="KeyboardInterrupt: the audit was interrupted")))
+        return AuditRun(models, plugins, registry, config, interrupted=True)
     return AuditRun(models, plugins, registry, config)

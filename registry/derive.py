@@ -136,16 +136,28 @@ def cmake_quoted(text: str) -> str:
     return '"' + "".join(_CMAKE_ESCAPES.get(c, c) for c in text) + '"'
 
 
-def _pick(candidates: list[Provision], what: str, priorities: Mapping[str, int]) -> tuple[Provision, list[Provision]]:
-    """Highest priority wins; a tie between different plugins is a conflict naming all of them."""
+def _pick(candidates: list[Provision], what: str, priorities: Mapping[str, int],
+          registry: PluginRegistry) -> tuple[Provision, list[Provision]]:
+    """Highest priority wins. At a tie, third-party entry points loaded after the first claimant are
+    reported and left out (a broken or clashing package must not take shimkit down); any other tie
+    (built-ins, plugins registered from code) is a conflict naming all of them."""
     ranked = sorted(candidates, key=lambda p: -priorities[p.plugin])
     top = [p for p in ranked if priorities[p.plugin] == priorities[ranked[0].plugin]]
-    if len({p.plugin for p in top}) > 1:
-        names = " and ".join(f"{p.plugin!r} ({p.source.describe()})" for p in top)
-        raise PluginConflictError(
-            f"{what} is claimed by {names} at equal priority {priorities[ranked[0].plugin]}; "
-            f"block one (SHIMKIT_BLOCK_PLUGINS=name) or give one a higher `priority`")
+    late = [p for p in top[1:] if p.plugin != top[0].plugin]
+    if late and all(p.source.kind == "entry_point" for p in late):
+        for loser in late:
+            registry.report_conflict(loser.source, _tie_message(what, [top[0], loser], priorities)
+                                     + f"; {loser.plugin!r} is left out")
+        return top[0], [p for p in ranked[1:] if p not in late]
+    if late:
+        raise PluginConflictError(_tie_message(what, top, priorities))
     return ranked[0], ranked[1:]
+
+
+def _tie_message(what: str, claimants: list[Provision], priorities: Mapping[str, int]) -> str:
+    names = " and ".join(f"{p.plugin!r} ({p.source.describe()})" for p in claimants)
+    return (f"{what} is claimed by {names} at equal priority {priorities[claimants[0].plugin]}; "
+            f"block one (SHIMKIT_BLOCK_PLUGINS=name) or give one a higher `priority`")
 
 
 def _check_unique_names(entries: list[Registered], kind: str) -> None:
@@ -207,24 +219,30 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
     shadowed: list[Provision] = []
     shims: dict[str, Provision] = {}
     for op, candidates in shim_candidates.items():
-        shims[op], lost = _pick(candidates, f"the {device} shim for {op}", priorities)
+        shims[op], lost = _pick(candidates, f"the {device} shim for {op}", priorities, registry)
         shadowed += lost
     decompositions: dict[str, Provision] = {}
     for op, candidates in decomposition_candidates.items():
-        decompositions[op], lost = _pick(candidates, f"the decomposition of {op}", priorities)
+        decompositions[op], lost = _pick(candidates, f"the decomposition of {op}", priorities, registry)
         shadowed += lost
 
     kernel_providers: dict[str, Provision] = {}
-    for provision in shims.values():
+    for op, provision in list(shims.items()):
         for name in provision.shim.names:  # type: ignore[union-attr]
             other = kernel_providers.get(name)
-            if other is not None:
-                raise PluginConflictError(
-                    f"kernel name {name!r} on {device} is claimed for {other.op} by {other.plugin!r} "
-                    f"({other.source.describe()}) and for {provision.op} by {provision.plugin!r} "
-                    f"({provision.source.describe()}); C shims drop namespace and overload, so give "
-                    f"one a distinct symbol")
-            kernel_providers[name] = provision
+            if other is None:
+                continue
+            message = (f"kernel name {name!r} on {device} is claimed for {other.op} by {other.plugin!r} "
+                       f"({other.source.describe()}) and for {provision.op} by {provision.plugin!r} "
+                       f"({provision.source.describe()}); C shims drop namespace and overload, so give "
+                       f"one a distinct symbol")
+            if provision.source.kind != "entry_point":
+                raise PluginConflictError(message)
+            registry.report_conflict(provision.source, f"{message}; {provision.plugin!r} is left out")
+            del shims[op]
+            break
+        else:
+            kernel_providers.update(dict.fromkeys(provision.shim.names, provision))  # type: ignore[union-attr]
 
     capabilities = DeviceCapabilities(
         device, MappingProxyType(shims), MappingProxyType(decompositions), MappingProxyType(eliminations))

@@ -12,14 +12,23 @@ Environment (read when a registry is created, in the manner of pytest and llm):
 ``SHIMKIT_ALLOW_PLUGINS=a,b``
     Load only these third-party entry points; the others are listed as not allowed and not imported.
 ``SHIMKIT_STRICT_PLUGINS=1``
-    A plugin that fails to import, whose hook raises, or that yields a malformed record raises
-    :class:`~shimkit.registry.errors.PluginLoadError` instead of being reported and skipped.
+    A plugin that fails to import, whose hook raises, that yields a malformed record, that claims an
+    op or C symbol another plugin already provides at the same priority, or whose import is slow
+    raises :class:`~shimkit.registry.errors.PluginLoadError` instead of being reported (and, but for
+    a slow import, skipped).
+``SHIMKIT_SLOW_PLUGIN_SECONDS=2``
+    An entry point whose import takes longer is reported (stage ``slow``); it is still loaded.
+
+A registry may be used from several threads: discovery happens in the constructor, collection and
+every later registration under one lock.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import threading
+import time
 import traceback
 import warnings
 from dataclasses import dataclass
@@ -102,6 +111,8 @@ class PluginRegistry:
         self.blocked_names = _env_list(env, "SHIMKIT_BLOCK_PLUGINS") or frozenset()
         self.allowed_entry_points = _env_list(env, "SHIMKIT_ALLOW_PLUGINS")
         self.strict = env.get("SHIMKIT_STRICT_PLUGINS", "") in ("1", "true", "yes")
+        self.slow_import_seconds = float(env.get("SHIMKIT_SLOW_PLUGIN_SECONDS", "2"))
+        self._lock = threading.RLock()
         self._manager = pluggy.PluginManager(hookspecs.PROJECT)
         self._manager.add_hookspecs(hookspecs)
         self._sources: dict[str, PluginSource] = {}
@@ -133,11 +144,16 @@ class PluginRegistry:
                 self._problems.append(PluginProblem(source, "not-allowed",
                                                     "not listed in SHIMKIT_ALLOW_PLUGINS; not imported"))
                 continue
+            started = time.perf_counter()
             try:
                 plugin = entry_point.load()
             except Exception as error:  # a broken third-party import must not take shimkit down
                 self._report(source, "import", error)
                 continue
+            seconds = time.perf_counter() - started
+            if seconds > self.slow_import_seconds:
+                self._report(source, "slow", f"importing it took {seconds:.2f} s (more than "
+                             f"SHIMKIT_SLOW_PLUGIN_SECONDS={self.slow_import_seconds:g}); it is loaded")
             self._register(plugin, entry_point.name, source)
 
     def _load_module(self, module_name: str, source: PluginSource) -> None:
@@ -171,6 +187,10 @@ class PluginRegistry:
 
     def register(self, plugin: ModuleType | object, name: str | None = None) -> str:
         """Register a plugin object or module from code; returns the name it is registered under."""
+        with self._lock:
+            return self._register_from_code(plugin, name)
+
+    def _register_from_code(self, plugin: ModuleType | object, name: str | None) -> str:
         name = name or getattr(plugin, "__name__", None) or f"{type(plugin).__name__}-{id(plugin):x}"
         module = getattr(plugin, "__name__", type(plugin).__module__)
         if self._manager.get_plugin(name) is not None:
@@ -186,11 +206,12 @@ class PluginRegistry:
 
     def unregister(self, name: str) -> None:
         """Remove a plugin registered under ``name``."""
-        if self._manager.get_plugin(name) is None:
-            raise KeyError(f"no plugin registered as {name!r}")
-        self._manager.unregister(name=name)
-        del self._sources[name]
-        self._records = None
+        with self._lock:
+            if self._manager.get_plugin(name) is None:
+                raise KeyError(f"no plugin registered as {name!r}")
+            self._manager.unregister(name=name)
+            del self._sources[name]
+            self._records = None
 
     def _report(self, source: PluginSource, stage: str, error: BaseException | str) -> None:
         if isinstance(error, BaseException):
@@ -200,6 +221,8 @@ class PluginRegistry:
         else:
             message = error
         problem = PluginProblem(source, stage, message)
+        if problem in self._problems:  # found again by a later derivation: reported once
+            return
         if self.strict:
             raise PluginLoadError(problem.describe() + " [SHIMKIT_STRICT_PLUGINS=1]") from (
                 error if isinstance(error, BaseException) else None)
@@ -208,12 +231,12 @@ class PluginRegistry:
 
     # -- collection ------------------------------------------------------------------------------
     def _collect(self) -> tuple[list[Registered], list[Registered]]:
-        if self._records is not None:
+        with self._lock:
+            if self._records is None:
+                op_plugins = self._call_hook("shimkit_op_plugins", OpPlugin)
+                passes = self._call_hook("shimkit_passes", PassSpec)
+                self._records = (op_plugins, passes)
             return self._records
-        op_plugins = self._call_hook("shimkit_op_plugins", OpPlugin)
-        passes = self._call_hook("shimkit_passes", PassSpec)
-        self._records = (op_plugins, passes)
-        return self._records
 
     def _call_hook(self, hook_name: str, record_type: type) -> list[Registered]:
         collected: list[Registered] = []
@@ -251,6 +274,12 @@ class PluginRegistry:
 
     def blocked_sources(self) -> list[PluginSource]:
         return [s for s in self._sources.values() if s.name in self.blocked_names]
+
+    def report_conflict(self, loser: PluginSource, message: str) -> None:
+        """A plugin that lost a tie over an op or symbol it claims (see ``derive``): reported, or
+        raised in strict mode."""
+        with self._lock:
+            self._report(loser, "conflict", message)
 
     def backend_config(self, device: str):
         """Derive the backend configuration for ``device`` from the active plugins."""

@@ -1,0 +1,179 @@
+"""Reliability: broken plugins, hostile model files and interrupted audits never take shimkit down.
+
+Each broken plugin is reported by name and skipped (raised under SHIMKIT_STRICT_PLUGINS=1); each bad
+model input ends that model's audit with a message and leaves the report intact; the registry can be
+built and queried from many threads at once. docs/reliability.md lists the cases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from registry_helpers import CLEAN_ENV, install_distribution
+from shimkit.registry import PluginLoadError, PluginRegistry
+
+SHIMKIT = str(Path(sys.executable).parent / "shimkit")
+KERNEL = str(Path(__import__("shimkit.csrc").csrc.__file__).parent / "kernels" / "addmm" / "addmm_metal.mm")
+
+SLOW = """
+import time
+time.sleep(0.3)
+from shimkit.registry import OpPlugin, hookimpl
+@hookimpl
+def shimkit_op_plugins():
+    yield OpPlugin(name="slow-erfinv", ops=("aten::erfinv",), decompositions={"aten::erfinv": lambda x: x})
+"""
+
+
+def erfinv_shim_plugin(plugin_name: str, symbol: str = "aoti_torch_mps_erfinv", op: str = "aten::erfinv") -> str:
+    return f"""
+from shimkit.registry import OpPlugin, Shim, hookimpl
+@hookimpl
+def shimkit_op_plugins():
+    yield OpPlugin(name={plugin_name!r}, ops=({op!r},),
+                   shims=(Shim(op={op!r}, device="mps", symbol={symbol!r}, sources=({KERNEL!r},)),))
+"""
+
+
+def test_a_slow_plugin_import_is_reported_and_still_loaded(tmp_path, monkeypatch):
+    install_distribution(tmp_path, "slow", {"slow": "slow_plugin"}, {"slow_plugin": SLOW})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.warns(UserWarning, match="entry point 'slow'.*slow: importing it took"):
+        registry = PluginRegistry(env={"SHIMKIT_SLOW_PLUGIN_SECONDS": "0.05"})
+        assert [p.stage for p in registry.problems] == ["slow"]
+    assert "slow-erfinv" in {entry.name for entry in registry.op_plugins()}
+    monkeypatch.delitem(sys.modules, "slow_plugin")  # imported afresh: slow again
+    with pytest.raises(PluginLoadError, match="slow"):
+        PluginRegistry(env={"SHIMKIT_SLOW_PLUGIN_SECONDS": "0.05", "SHIMKIT_STRICT_PLUGINS": "1"})
+
+
+def test_two_packages_claiming_one_shim_keep_the_first_and_report_the_second(tmp_path, monkeypatch):
+    # Distribution names without '-': the dist-info folder name splits name and version there.
+    install_distribution(tmp_path, "dupa", {"dup-a": "dup_a"}, {"dup_a": erfinv_shim_plugin("erfinv-a")})
+    install_distribution(tmp_path, "dupb", {"dup-b": "dup_b"},
+                         {"dup_b": erfinv_shim_plugin("erfinv-b", symbol="aoti_torch_mps_erfinv_b")})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.warns(UserWarning, match="entry point 'dup-b'.*conflict.*'erfinv-b' is left out"):
+        registry = PluginRegistry(env={})
+        config = registry.backend_config("mps")
+    assert config.capabilities.shims["aten::erfinv.default"].plugin == "erfinv-a"
+    assert "aoti_torch_mps_erfinv_b" not in config.fallback_kernels
+    (problem,) = registry.problems
+    assert problem.stage == "conflict" and "'erfinv-a'" in problem.message
+    registry.backend_config("cuda")
+    registry.backend_config("mps")
+    assert len(registry.problems) == 1  # derived again: reported once
+    with pytest.raises(PluginLoadError, match="dup-b"):
+        PluginRegistry(env={"SHIMKIT_STRICT_PLUGINS": "1"}).backend_config("mps")
+
+
+def test_a_package_reusing_a_builtin_c_symbol_is_left_out(tmp_path, monkeypatch):
+    install_distribution(tmp_path, "clash", {"clash": "clash_plugin"},
+                         {"clash_plugin": erfinv_shim_plugin("erfinv-clash", symbol="aoti_torch_mps_mm_out")})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.warns(UserWarning, match="kernel name 'aoti_torch_mps_mm_out'.*'erfinv-clash' is left out"):
+        config = PluginRegistry(env={}).backend_config("mps")
+    assert config.provider_of("aoti_torch_mps_mm_out").plugin == "mm"
+    assert "aten::erfinv.default" not in config.capabilities.shims
+
+
+def test_the_registry_is_built_and_queried_from_eight_threads_at_once():
+    shared = PluginRegistry(env=CLEAN_ENV)
+    barrier = threading.Barrier(8)
+    results, errors = [], []
+
+    def work():
+        try:
+            barrier.wait()
+            own = PluginRegistry(env=CLEAN_ENV)
+            config = shared.backend_config("mps")
+            results.append((tuple(sorted(e.name for e in own.op_plugins())),
+                            tuple(sorted(config.fallback_kernels)), len(shared.problems)))
+        except Exception as error:  # collected: an exception in a thread would otherwise vanish
+            errors.append(error)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert len(results) == 8 and len(set(results)) == 1
+    assert results[0][2] == 0 and "aoti_torch_mps_mm_out" in results[0][1]
+
+
+FACTORIES = {
+    "exits.py": "import sys\ndef make():\n    sys.exit(3)\n",
+    "exits_in_forward.py": """
+import sys, torch
+class Quit(torch.nn.Module):
+    def forward(self, x):
+        sys.exit(4)
+def make():
+    return Quit(), (torch.randn(2),)
+""",
+    "chatty.py": """
+import torch
+print("hello from the factory")
+def make():
+    print("building", flush=True)
+    return torch.nn.Linear(3, 3), (torch.randn(1, 3),)
+""",
+    "loud.py": """
+import os, sys, torch
+def make():
+    sys.stdout.write("x" * (4 << 20))
+    os.write(1, b"native output " * 1000)
+    return torch.nn.ReLU(), (torch.randn(4),)
+""",
+}
+
+
+def test_hostile_models_end_their_own_audit_and_leave_a_valid_report(tmp_path):
+    for name, body in FACTORIES.items():
+        (tmp_path / name).write_text(body)
+    (tmp_path / "random.pt2").write_bytes(os.urandom(4096))
+    import torch
+    torch.export.save(torch.export.export(torch.nn.ReLU(), (torch.randn(3),)), tmp_path / "whole.pt2")
+    (tmp_path / "truncated.pt2").write_bytes((tmp_path / "whole.pt2").read_bytes()[:700])
+    specs = [f"{tmp_path}/{name}:make" for name in FACTORIES] + [
+        str(tmp_path / "random.pt2"), str(tmp_path / "truncated.pt2"), "seed_split_linear"]
+    done = subprocess.run([SHIMKIT, "audit", "--json", "--quiet", *specs], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **CLEAN_ENV})
+    document = json.loads(done.stdout)  # nothing but the report on stdout, even 4 MiB of prints
+    assert done.returncode == 2 == document["exit_code"]
+    status = {Path(m["name"].split(":")[0]).name: m for m in document["models"]}
+    assert "called sys.exit(3)" in status["exits.py"]["failure"]["message"]
+    assert status["exits_in_forward.py"]["status"] == "error"
+    assert "SystemExit: 4" in status["exits_in_forward.py"]["failure"]["message"]
+    assert status["chatty.py"]["status"] == status["loud.py"]["status"] == "clean"
+    for broken in ("random.pt2", "truncated.pt2"):
+        assert "not a loadable ExportedProgram" in status[broken]["failure"]["message"]
+    assert status["seed_split_linear"]["status"] == "clean"  # the models after them still ran
+    assert "building" in done.stderr and "native output" in done.stderr
+
+
+def test_ctrl_c_mid_audit_exits_130_with_a_valid_report_of_what_ran():
+    process = subprocess.Popen([SHIMKIT, "audit", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env={**os.environ, **CLEAN_ENV})
+    finished = 0
+    while finished < 2:  # progress lines end when a model is done
+        line = process.stderr.readline()
+        assert line, "the audit ended before two models were done"
+        finished += line.startswith("[") and line.rstrip().endswith(" s)")
+    process.send_signal(signal.SIGINT)
+    stdout, _ = process.communicate(timeout=300)
+    assert process.returncode == 130
+    document = json.loads(stdout)
+    assert document["status"] == "interrupted" and document["exit_code"] == 130
+    statuses = [m["status"] for m in document["models"]]
+    assert 2 <= len(statuses) < 9 and statuses[:2] == ["clean", "clean"]
+    assert set(statuses[2:]) <= {"clean", "interrupted"}
