@@ -24,7 +24,7 @@ def shimkit_registry(**env):
 
 @pytest.fixture(scope="module")
 def with_plugins():
-    return to_json(run_audit(list(ZOO), plugins=True, registry=shimkit_registry()))
+    return to_json(run_audit(list(ZOO), plugins=True, registry=shimkit_registry(), check_numerics=True))
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +44,15 @@ def test_whole_zoo_audits_clean_with_shimkit_plugins(with_plugins):
     for model in with_plugins["models"]:
         for kernel in model["kernels"]:
             assert kernel["provider"]["plugin"], kernel  # every kernel names the plugin providing it
+
+
+def test_whole_zoo_computes_what_eager_computes_at_every_checked_size(with_plugins):
+    for model in with_plugins["models"]:
+        numerics = model["numerics"]
+        assert numerics["ok"] and numerics["unavailable"] is None, (model["name"], numerics)
+        assert numerics["checks"] and all(check["ok"] for check in numerics["checks"])
+    dynamic = _by_name(with_plugins)["position_ids_dynamic"]["numerics"]["checks"]
+    assert [c["sizes"] for c in dynamic] == [{"input_ids.shape[1]": n} for n in (16, 2, 64, 17)]
 
 
 def test_no_plugins_shows_upstreams_cumsum_and_baddbmm_gaps(stock):
@@ -85,7 +94,7 @@ def test_blocked_plugin_is_named_as_the_fix():
 
 
 TOP = {"schema_version", "tool", "versions", "backend", "device", "plugins", "status", "exit_code", "summary", "models"}
-SUMMARY = {"models", "clean", "missing", "wrong", "limitation", "error", "missing_kernels"}
+SUMMARY = {"models", "clean", "missing", "wrong", "limitation", "error", "interrupted", "missing_kernels"}
 MODEL = {"name", "status", "partitions", "kernels", "missing", "upstream_errors", "failure", "timings_s",
          "numerics", "declines"}
 KERNEL = {"name", "mechanism", "op", "status", "provider", "nodes", "fixes"}
