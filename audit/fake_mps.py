@@ -430,6 +430,7 @@ def fake_mps_lowering(backend_cls: type | None = None) -> Iterator[FakeMpsSessio
     import torch._inductor.codecache as codecache
     import torch._inductor.fx_passes.joint_graph as joint_graph
     import torch._inductor.graph as inductor_graph
+    import torch._inductor.utils as inductor_utils
     from torch._inductor.runtime.hints import DeviceProperties
 
     if backend_cls is None:
@@ -486,6 +487,11 @@ def fake_mps_lowering(backend_cls: type | None = None) -> Iterator[FakeMpsSessio
         # Answering as a Mac also enables Inductor's mps-only decisions.
         patches.replace(torch.backends.mps, "is_available", lambda: True)
         patches.replace(torch.mps, "is_available", lambda: True)
+        # Inductor caches the GPU it found (functools.cache): an earlier torch.compile in this process
+        # found none and cached "cuda", which would make the mps wrapper claim a cuda model. Asked
+        # afresh inside the scope, and forgotten again on exit.
+        inductor_utils.get_gpu_type.cache_clear()
+        patches.on_undo(inductor_utils.get_gpu_type.cache_clear)
         _scaled_dot_product_attention_as_on_mps(patches)
         _uniform_constants_folded_on_cpu(patches, session.real_values)
         _device_guarded_methods_on_fake_mps(patches)

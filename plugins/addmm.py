@@ -29,16 +29,17 @@ ADDMM = "aten::addmm.default"
 ACCUMULATE_IN_FLOAT32 = (torch.float16, torch.bfloat16)
 
 
-def addmm_decomposition(self, mat1, mat2, *, beta=1, alpha=1):
-    """``addmm`` written with ``mm``, ``mul`` and ``add`` only."""
-    result_dtype = mat1.dtype
+def scaled_product_sum(self, a, b, multiply, product_shape, *, beta, alpha):
+    """``beta * self + alpha * multiply(a, b)`` by the rules above; ``product_shape(a, b)`` is the
+    product's shape, for the zeros that stand in for it when ``alpha == 0``. ``baddbmm`` shares it."""
+    result_dtype = a.dtype
     if result_dtype in ACCUMULATE_IN_FLOAT32:
-        self, mat1, mat2 = self.float(), mat1.float(), mat2.float()
+        self, a, b = self.float(), a.float(), b.float()
     if alpha == 0:
-        # The product is ignored entirely, so NaN/inf in mat1 or mat2 must not leak through mm.
-        product = torch.zeros((mat1.shape[0], mat2.shape[1]), dtype=mat1.dtype, device=mat1.device)
+        # The product is ignored entirely, so NaN/inf in a or b must not leak through the matmul.
+        product = torch.zeros(product_shape(a, b), dtype=a.dtype, device=a.device)
     else:
-        product = torch.mm(mat1, mat2)
+        product = multiply(a, b)
         if alpha != 1:
             product = product * alpha
     if beta == 0:
@@ -50,15 +51,28 @@ def addmm_decomposition(self, mat1, mat2, *, beta=1, alpha=1):
     return result.to(result_dtype)
 
 
-def addmm_reference(self, mat1, mat2, *, beta=1, alpha=1):
-    """ATen's ``addmm`` with the rules above: half precision computed in float32 and rounded once,
-    and ``alpha == 0`` ignoring the product in every dtype."""
-    result_dtype = mat1.dtype
-    if result_dtype in ACCUMULATE_IN_FLOAT32:
-        self, mat1, mat2 = self.float(), mat1.float(), mat2.float()
-    if alpha == 0:
-        mat1 = torch.zeros_like(mat1)
-    return torch.addmm(self, mat1, mat2, beta=beta, alpha=alpha).to(result_dtype)
+def aten_with_the_rules(aten_op):
+    """ATen's ``aten_op`` (``torch.addmm``, ``torch.baddbmm``) with the rules above: half precision
+    computed in float32 and rounded once, ``alpha == 0`` ignoring the product in every dtype."""
+    def reference(self, a, b, *, beta=1, alpha=1):
+        result_dtype = a.dtype
+        if result_dtype in ACCUMULATE_IN_FLOAT32:
+            self, a, b = self.float(), a.float(), b.float()
+        if alpha == 0:
+            a = torch.zeros_like(a)
+        return aten_op(self, a, b, beta=beta, alpha=alpha).to(result_dtype)
+
+    reference.__name__ = reference.__qualname__ = f"{aten_op.__name__}_reference"
+    return reference
+
+
+def addmm_decomposition(self, mat1, mat2, *, beta=1, alpha=1):
+    """``addmm`` written with ``mm``, ``mul`` and ``add`` only."""
+    return scaled_product_sum(self, mat1, mat2, torch.mm, lambda a, b: (a.shape[0], b.shape[1]),
+                              beta=beta, alpha=alpha)
+
+
+addmm_reference = aten_with_the_rules(torch.addmm)
 
 
 def _static(*shapes: torch.Size) -> bool:

@@ -13,39 +13,18 @@ from __future__ import annotations
 
 import torch
 
+from shimkit.plugins.addmm import aten_with_the_rules, scaled_product_sum
 from shimkit.registry import OpPlugin, hookimpl
 
 BADDBMM = "aten::baddbmm.default"
-ACCUMULATE_IN_FLOAT32 = (torch.float16, torch.bfloat16)
 
 
 def baddbmm_decomposition(self, batch1, batch2, *, beta=1, alpha=1):
-    result_dtype = batch1.dtype
-    if result_dtype in ACCUMULATE_IN_FLOAT32:
-        self, batch1, batch2 = self.float(), batch1.float(), batch2.float()
-    if alpha == 0:
-        product = torch.zeros((batch1.shape[0], batch1.shape[1], batch2.shape[2]), dtype=batch1.dtype,
-                              device=batch1.device)
-    else:
-        product = torch.bmm(batch1, batch2)
-        if alpha != 1:
-            product = product * alpha
-    if beta == 0:
-        if _static(self.shape, product.shape):  # traced, export already checked the op's shapes
-            torch.broadcast_shapes(self.shape, product.shape)  # ATen rejects a self that cannot broadcast
-        result = product
-    else:
-        result = product + (self if beta == 1 else self * beta)
-    return result.to(result_dtype)
+    return scaled_product_sum(self, batch1, batch2, torch.bmm,
+                              lambda a, b: (a.shape[0], a.shape[1], b.shape[2]), beta=beta, alpha=alpha)
 
 
-def baddbmm_reference(self, batch1, batch2, *, beta=1, alpha=1):
-    result_dtype = batch1.dtype
-    if result_dtype in ACCUMULATE_IN_FLOAT32:
-        self, batch1, batch2 = self.float(), batch1.float(), batch2.float()
-    if alpha == 0:
-        batch1 = torch.zeros_like(batch1)
-    return torch.baddbmm(self, batch1, batch2, beta=beta, alpha=alpha).to(result_dtype)
+baddbmm_reference = aten_with_the_rules(torch.baddbmm)
 
 
 def baddbmm_inputs():
@@ -61,10 +40,6 @@ def baddbmm_inputs():
                          tensors((b, n, k), torch.float32), tensors((b, k, m), torch.float32))
 
     return st.tuples(*[st.integers(0, 4)] * 4).flatmap(calls)
-
-
-def _static(*shapes: torch.Size) -> bool:
-    return not any(isinstance(size, torch.SymInt) for shape in shapes for size in shape)
 
 
 @hookimpl

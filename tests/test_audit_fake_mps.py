@@ -176,3 +176,27 @@ def test_guarded_methods_work_on_fake_mps_tensors_inside_the_scope_only():
             assert "not linked with support for mps" in str(error)
         else:
             raise AssertionError("the replacement outlived the scope")
+
+
+def test_an_audit_after_torch_compile_in_the_same_process_still_lowers_for_mps():
+    """torch.compile on a machine without a GPU caches "cuda" as the GPU type (functools.cache);
+    the audit must not inherit it (the mps wrapper then claimed a cuda model). Fresh interpreter:
+    the cache is process state."""
+    import subprocess
+    import sys
+
+    probe = """
+import torch
+from shimkit.audit import run_audit
+from shimkit.registry import PluginRegistry
+with torch.no_grad():
+    torch.compile(torch.nn.Linear(8, 5).eval())(torch.randn(6, 8))
+audit = run_audit(["seed_split_linear"], registry=PluginRegistry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"})).models[0]
+print("STATUS", audit.status, audit.failure and audit.failure.message)
+from torch._inductor.utils import get_gpu_type
+print("AFTER", get_gpu_type())
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600)
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("STATUS", "AFTER")))
+    assert lines.get("STATUS") == "clean None", done.stdout + done.stderr[-2000:]
+    assert lines["AFTER"] == "cuda"  # the process's own answer again once the audit is over
