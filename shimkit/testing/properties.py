@@ -310,10 +310,14 @@ def assert_decomposition_dynamic(op: Any, decomposition: Callable, reference: Ca
     from shimkit.registry import resolve_op
 
     overload = resolve_op(op) if isinstance(op, str) else op
-    # Distinct inputs: export gives a tensor passed twice one placeholder, and the sizes below vary
-    # each input on its own.
-    args = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
-    kwargs = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in (kwargs or {}).items()}
+    # Distinct, dense inputs: export gives a tensor passed twice one placeholder, the sizes below vary
+    # each input on its own, and the program would guard on a strided example's strides (layouts are
+    # the eager check's business).
+    def fresh(value: Any) -> Any:
+        return value.clone(memory_format=torch.contiguous_format) if isinstance(value, torch.Tensor) else value
+
+    args = [fresh(a) for a in args]
+    kwargs = {k: fresh(v) for k, v in (kwargs or {}).items()}
     module = _OpCall(overload, args, kwargs)
     tensors = module.tensors()
     if not tensors:
