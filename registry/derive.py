@@ -11,7 +11,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -141,7 +141,7 @@ def _pick(candidates: list[Provision], what: str, priorities: Mapping[str, int],
     """Highest priority wins. At a tie, third-party entry points loaded after the first claimant are
     reported and left out (a broken or clashing package must not take shimkit down); any other tie
     (built-ins, plugins registered from code) is a conflict naming all of them."""
-    ranked = sorted(candidates, key=lambda p: -priorities[p.plugin])
+    ranked = sorted(candidates, key=lambda p: (-priorities[p.plugin], registry.load_index(p.source)))
     top = [p for p in ranked if priorities[p.plugin] == priorities[ranked[0].plugin]]
     late = [p for p in top[1:] if p.plugin != top[0].plugin]
     if late and all(p.source.kind == "entry_point" for p in late):
@@ -160,8 +160,15 @@ def _tie_message(what: str, claimants: list[Provision], priorities: Mapping[str,
             f"block one (SHIMKIT_BLOCK_PLUGINS=name) or give one a higher `priority`")
 
 
-def _check_unique_names(entries: list[Registered], kind: str) -> None:
-    seen: dict[str, Registered] = {}
+def _shim(provision: Provision) -> Shim:
+    """The shim of a provision taken from the shim table (which holds only shim provisions)."""
+    if provision.shim is None:
+        raise TypeError(f"{provision.plugin!r} provides {provision.op} without a shim")
+    return provision.shim
+
+
+def _check_unique_names(entries: Sequence[Registered[Any]], kind: str) -> None:
+    seen: dict[str, Registered[Any]] = {}
     for entry in entries:
         if entry.name in seen:
             other = seen[entry.name]
@@ -171,10 +178,10 @@ def _check_unique_names(entries: list[Registered], kind: str) -> None:
         seen[entry.name] = entry
 
 
-def _order_passes(specs: list[Registered]) -> list[Registered]:
+def _order_passes(specs: list[Registered[PassSpec]]) -> list[Registered[PassSpec]]:
     """Stable topological order: registration order, moved only as ``after``/``before`` demand."""
     by_name = {s.name: s for s in specs}
-    edges = prerequisites_of((s.name, s.record.after, s.record.before) for s in specs)  # type: ignore[union-attr]
+    edges = prerequisites_of((s.name, s.record.after, s.record.before) for s in specs)
     try:
         names = stable_order([s.name for s in specs], edges)
     except OrderingCycle as cycle:
@@ -201,13 +208,13 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
         raise ValueError(f"unknown device {device!r}; expected one of {DEVICES}")
     plugins = registry.op_plugins()
     _check_unique_names(plugins, "op plugins")
-    priorities = {entry.name: entry.record.priority for entry in plugins}  # type: ignore[union-attr]
+    priorities = {entry.name: entry.record.priority for entry in plugins}
 
     shim_candidates: dict[str, list[Provision]] = {}
     decomposition_candidates: dict[str, list[Provision]] = {}
     eliminations: dict[str, Provision] = {}
     for entry in plugins:
-        plugin: OpPlugin = entry.record  # type: ignore[assignment]
+        plugin = entry.record
         for shim in plugin.shims_for(device):
             shim_candidates.setdefault(shim.op, []).append(Provision(shim.op, plugin.name, entry.source, shim=shim))
         for op, fn in plugin.decompositions.items():
@@ -227,8 +234,8 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
         shadowed += lost
 
     kernel_providers: dict[str, Provision] = {}
-    for op, provision in list(shims.items()):
-        for name in provision.shim.names:  # type: ignore[union-attr]
+    for op, provision in sorted(shims.items(), key=lambda item: registry.load_index(item[1].source)):
+        for name in _shim(provision).names:
             other = kernel_providers.get(name)
             if other is None:
                 continue
@@ -242,7 +249,7 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
             del shims[op]
             break
         else:
-            kernel_providers.update(dict.fromkeys(provision.shim.names, provision))  # type: ignore[union-attr]
+            kernel_providers.update(dict.fromkeys(_shim(provision).names, provision))
 
     capabilities = DeviceCapabilities(
         device, MappingProxyType(shims), MappingProxyType(decompositions), MappingProxyType(eliminations))
@@ -256,17 +263,18 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
     custom_c_shims = {}
     for op, provision in shims.items():
         overload = try_resolve_op(op)
-        if provision.shim.c_prototype and overload is not None:  # type: ignore[union-attr]
-            custom_c_shims[overload] = [provision.shim.c_prototype]  # type: ignore[union-attr]
+        prototype = _shim(provision).c_prototype
+        if prototype and overload is not None:
+            custom_c_shims[overload] = [prototype]
 
-    pass_entries = [p for p in registry.pass_specs() if p.record.applies_to(device)]  # type: ignore[union-attr]
+    pass_entries = [p for p in registry.pass_specs() if p.record.applies_to(device)]
     _check_unique_names(pass_entries, "passes")
     built: dict[str, list[tuple[str, Any]]] = {"graph": [], "post_grad": []}
     for entry in _order_passes(pass_entries):
-        spec: PassSpec = entry.record  # type: ignore[assignment]
+        spec = entry.record
         built[spec.stage].append((spec.name, spec.factory(capabilities)))
 
-    sources = tuple(dict.fromkeys(s for p in shims.values() for s in p.shim.sources))  # type: ignore[union-attr]
+    sources = tuple(dict.fromkeys(s for p in shims.values() for s in _shim(p).sources))
     return BackendConfig(
         device=device,
         capabilities=capabilities,

@@ -34,7 +34,7 @@ import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from types import ModuleType
-from typing import Any, Mapping
+from typing import Any, Callable, Generic, Iterable, Mapping, Sequence, TypeVar
 
 import pluggy
 
@@ -43,6 +43,7 @@ from shimkit.registry.errors import InvalidPluginRecord, PluginLoadError, Shimki
 from shimkit.registry.records import OpPlugin, PassSpec
 
 ENTRY_POINT_GROUP = "shimkit"
+_RECORD_TYPES = {"shimkit_op_plugins": OpPlugin, "shimkit_passes": PassSpec}
 BUILTIN_PACKAGE = "shimkit.plugins"
 
 
@@ -70,6 +71,10 @@ class PluginSource:
         return f"registered from code {self.name!r} ({self.module})"
 
 
+# Records a hook wrapper adds itself belong to no one plugin's implementation.
+_WRAPPER_SOURCE = PluginSource("code", "<hook wrapper>", "<hook wrapper>")
+
+
 @dataclass(frozen=True)
 class PluginProblem:
     """A plugin that was reported and skipped. ``stage``: import, hook, record, not-allowed."""
@@ -82,11 +87,14 @@ class PluginProblem:
         return f"{self.source.describe()}: {self.stage}: {self.message}"
 
 
+RecordT = TypeVar("RecordT", OpPlugin, PassSpec)
+
+
 @dataclass(frozen=True)
-class Registered:
+class Registered(Generic[RecordT]):
     """A record together with the plugin that produced it and whether blocking disabled it."""
 
-    record: OpPlugin | PassSpec
+    record: RecordT
     source: PluginSource
     blocked: bool = False
 
@@ -117,7 +125,8 @@ class PluginRegistry:
         self._manager.add_hookspecs(hookspecs)
         self._sources: dict[str, PluginSource] = {}
         self._problems: list[PluginProblem] = []
-        self._records: tuple[list[Registered], list[Registered]] | None = None
+        self._records: tuple[list[Registered[OpPlugin]], list[Registered[PassSpec]]] | None = None
+        self._origins: dict[int, tuple[Any, PluginSource]] = {}
         if load:
             self._load_builtins()
             if self.autoload:
@@ -164,26 +173,60 @@ class PluginRegistry:
             return
         self._register(module, module_name, source)
 
-    def _add(self, plugin: Any, name: str) -> None:
-        """Register with pluggy, refusing hooks shimkit does not define (a misspelt hook would
-        otherwise be silently ignored). Raises on any problem, leaving nothing registered."""
+    def _add(self, plugin: Any, name: str, source: PluginSource) -> None:
+        """Register with pluggy, refusing hooks shimkit does not define (pluggy's ``check_pending``:
+        a misspelt hook would otherwise be silently ignored), and make each of the plugin's hook
+        implementations report its own failures. Raises on any problem, leaving nothing registered."""
         self._manager.register(plugin, name=name)  # pluggy checks signatures of known hooks here
-        unknown = sorted(caller.name for caller in self._manager.get_hookcallers(plugin) or ()
-                         if not caller.has_spec()
-                         and not all(impl.optionalhook for impl in caller.get_hookimpls()))
-        if unknown:
+        try:
+            self._manager.check_pending()
+        except pluggy.PluginValidationError as error:
             self._manager.unregister(name=name)
-            raise InvalidPluginRecord(f"unknown hook {', '.join(unknown)} (shimkit defines "
-                                      f"shimkit_op_plugins and shimkit_passes)")
+            raise InvalidPluginRecord(f"{error} (shimkit defines shimkit_op_plugins and shimkit_passes)") from None
+        for caller in self._manager.get_hookcallers(plugin) or ():
+            record_type = _RECORD_TYPES[caller.name]
+            for impl in caller.get_hookimpls():
+                if impl.plugin is plugin and not (impl.wrapper or impl.hookwrapper):
+                    impl.function = self._attributed(impl.function, caller.name, record_type, source)
+
+    def _attributed(self, function: Callable[[], Any], hook_name: str, record_type: type,
+                    source: PluginSource) -> Callable[[], Any]:
+        """``function`` as pluggy will call it: its records listed and type-checked, each remembered
+        as this plugin's, and any failure reported against this plugin (the hook then contributes
+        nothing, and the other plugins' implementations still run) — as conda does inside pluggy's
+        hook execution."""
+        def attributed() -> list[Any] | None:
+            try:
+                produced = function()
+                records = list(produced) if produced is not None else []
+            except Exception as error:
+                self._report(source, "hook", error)
+                return None
+            bad = sorted({type(r).__name__ for r in records if not isinstance(r, record_type)})
+            if bad:
+                self._report(source, "record", InvalidPluginRecord(
+                    f"{hook_name} must yield {record_type.__name__} records, got {', '.join(bad)}"))
+                return None
+            for record in records:
+                self._origins[id(record)] = (record, source)
+            return records
+
+        return attributed
 
     def _register(self, plugin: Any, name: str, source: PluginSource) -> None:
         try:
-            self._add(plugin, name)
+            self._add(plugin, name, source)
         except Exception as error:
             self._report(source, "import", error)
             return
         self._sources[name] = source
         self._records = None
+
+    def load_index(self, source: PluginSource) -> int:
+        """When the plugin behind ``source`` was registered, relative to the others (built-ins first,
+        then entry points by name, then code registrations): what settles ties between equals."""
+        sources = list(self._sources.values())
+        return sources.index(source) if source in sources else len(sources)
 
     def register(self, plugin: ModuleType | object, name: str | None = None) -> str:
         """Register a plugin object or module from code; returns the name it is registered under."""
@@ -196,11 +239,12 @@ class PluginRegistry:
         if self._manager.get_plugin(name) is not None:
             raise ShimkitPluginError(f"a plugin named {name!r} is already registered "
                                      f"({self._sources[name].describe()})")
+        source = PluginSource("code", name, module)
         try:
-            self._add(plugin, name)
+            self._add(plugin, name, source)
         except Exception as error:  # the caller is right here: tell it, rather than warn and skip
             raise ShimkitPluginError(f"cannot register plugin {name!r} ({module}): {error}") from error
-        self._sources[name] = PluginSource("code", name, module)
+        self._sources[name] = source
         self._records = None
         return name
 
@@ -230,32 +274,23 @@ class PluginRegistry:
         self._problems.append(problem)
 
     # -- collection ------------------------------------------------------------------------------
-    def _collect(self) -> tuple[list[Registered], list[Registered]]:
+    def _collect(self) -> tuple[list[Registered[OpPlugin]], list[Registered[PassSpec]]]:
         with self._lock:
             if self._records is None:
-                op_plugins = self._call_hook("shimkit_op_plugins", OpPlugin)
-                passes = self._call_hook("shimkit_passes", PassSpec)
-                self._records = (op_plugins, passes)
+                self._records = (self._call_hook(self._manager.hook.shimkit_op_plugins),
+                                 self._call_hook(self._manager.hook.shimkit_passes))
             return self._records
 
-    def _call_hook(self, hook_name: str, record_type: type) -> list[Registered]:
-        collected: list[Registered] = []
-        # Call each implementation on its own so one plugin's failure is attributed and contained.
-        for impl in getattr(self._manager.hook, hook_name).get_hookimpls():
-            source = self._sources[impl.plugin_name]
-            try:
-                produced = impl.function()
-                records = list(produced) if produced is not None else []
-            except Exception as error:
-                self._report(source, "hook", error)
-                continue
-            bad = [r for r in records if not isinstance(r, record_type)]
-            if bad:
-                self._report(source, "record", InvalidPluginRecord(
-                    f"{hook_name} must yield {record_type.__name__} records, got "
-                    f"{', '.join(sorted({type(r).__name__ for r in bad}))}"))
-                continue
+    def _call_hook(self, hook: Any) -> list[Registered[Any]]:
+        """Call a hook through pluggy, so ``tryfirst``/``trylast`` and wrappers behave as in pluggy
+        and pytest: records come in pluggy's call order (later registrations first, ``tryfirst``
+        before, ``trylast`` after), each with the plugin that produced it."""
+        self._origins: dict[int, tuple[Any, PluginSource]] = {}
+        collected = []
+        for records in hook():
             for record in records:
+                origin = self._origins.get(id(record))
+                source = origin[1] if origin is not None and origin[0] is record else _WRAPPER_SOURCE
                 blocked = source.name in self.blocked_names or record.name in self.blocked_names
                 collected.append(Registered(record, source, blocked))
         return collected
@@ -266,10 +301,10 @@ class PluginRegistry:
         self._collect()
         return tuple(self._problems)
 
-    def op_plugins(self, include_blocked: bool = False) -> list[Registered]:
+    def op_plugins(self, include_blocked: bool = False) -> list[Registered[OpPlugin]]:
         return [r for r in self._collect()[0] if include_blocked or not r.blocked]
 
-    def pass_specs(self, include_blocked: bool = False) -> list[Registered]:
+    def pass_specs(self, include_blocked: bool = False) -> list[Registered[PassSpec]]:
         return [r for r in self._collect()[1] if include_blocked or not r.blocked]
 
     def blocked_sources(self) -> list[PluginSource]:

@@ -8,6 +8,7 @@ import pytest
 from registry_helpers import CLEAN_ENV, install_distribution
 from shimkit.registry import (
     OpPlugin,
+    PassSpec,
     PluginLoadError,
     PluginRegistry,
     ShimkitPluginError,
@@ -111,7 +112,7 @@ def shimkit_op_plugin():
     return []
 """,
 }
-EXPECTED = {"misspelt": ("import", "unknown hook shimkit_op_plugin"), "import": ("import", "libfoo.so"), "hook": ("hook", "hook exploded"),
+EXPECTED = {"misspelt": ("import", "unknown hook 'shimkit_op_plugin'"), "import": ("import", "libfoo.so"), "hook": ("hook", "hook exploded"),
             "record": ("record", "got dict"), "invalid": ("hook", "symbol must be a C identifier")}
 
 
@@ -176,3 +177,64 @@ def test_registering_a_malformed_plugin_from_code_raises_naming_it():
     with pytest.raises(ShimkitPluginError, match="cannot register plugin 'misspelled'.*shimkit_op_plugin"):
         registry.register(MisspelledHook(), name="misspelled")
     assert registry.problems == ()
+
+
+def _pass_plugin(name):
+    class Plugin:
+        @hookimpl
+        def shimkit_passes(self):
+            yield PassSpec(name=name, factory=lambda capabilities: (lambda gm: None))
+    return Plugin()
+
+
+def test_hooks_are_called_through_pluggy_so_tryfirst_and_trylast_order_the_records():
+    class First:
+        @hookimpl(tryfirst=True)
+        def shimkit_passes(self):
+            yield PassSpec(name="b-first", factory=lambda capabilities: (lambda gm: None))
+
+    class Last:
+        @hookimpl(trylast=True)
+        def shimkit_passes(self):
+            yield PassSpec(name="c-last", factory=lambda capabilities: (lambda gm: None))
+
+    registry = PluginRegistry(env=CLEAN_ENV)
+    registry.register(First(), name="first")
+    registry.register(_pass_plugin("a-plain"), name="plain")
+    registry.register(Last(), name="last")
+    own = [e.name for e in registry.pass_specs() if e.name in ("a-plain", "b-first", "c-last")]
+    assert own == ["b-first", "a-plain", "c-last"]
+    by_name = {e.name: e.source.name for e in registry.pass_specs()}
+    assert by_name["b-first"] == "first" and by_name["c-last"] == "last"  # still attributed
+
+
+def test_a_hook_wrapper_sees_and_may_filter_every_plugins_records():
+    seen = []
+
+    class Filter:
+        @hookimpl(wrapper=True)
+        def shimkit_passes(self):
+            results = yield
+            seen.extend(spec.name for records in results for spec in records)
+            return [[spec for spec in records if spec.name != "dropped"] for records in results]
+
+    registry = PluginRegistry(env=CLEAN_ENV)
+    registry.register(_pass_plugin("dropped"), name="dropped-plugin")
+    registry.register(_pass_plugin("kept"), name="kept-plugin")
+    registry.register(Filter(), name="filter")
+    names = [e.name for e in registry.pass_specs()]
+    assert "kept" in names and "dropped" not in names and "dropped" in seen
+
+
+def test_a_failing_hook_is_reported_against_its_plugin_while_the_others_run():
+    class Broken:
+        @hookimpl(tryfirst=True)
+        def shimkit_passes(self):
+            raise RuntimeError("pass hook exploded")
+
+    registry = PluginRegistry(env=CLEAN_ENV)
+    registry.register(Broken(), name="broken")
+    registry.register(_pass_plugin("fine"), name="fine-plugin")
+    with pytest.warns(UserWarning, match="registered from code 'broken'.*pass hook exploded"):
+        names = [e.name for e in registry.pass_specs()]
+    assert "fine" in names and "view_copy_to_view" in names
