@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from shimkit.audit import numerics
+import shimkit.audit.numerics as numerics
 from shimkit.audit.fake_mps import ScopedPatches, fake_mps_lowering
 from shimkit.audit.numerics import NumericsReport
 from shimkit.audit.loader import LoadedModel
@@ -248,11 +248,10 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
             audit.declines = scope.enter_context(recording_declines())
             patches = ScopedPatches()
             scope.callback(patches.undo)
-            to_inductor = None
-            if check_numerics:
-                def to_inductor(module: Any) -> None:
-                    delegates.append(numerics.cpu_copy(module, session.real_values.find))
-            _watch_lowering(patches, MetalBackend, clock, audit, watch, to_inductor)
+            def to_inductor(module: Any) -> None:
+                delegates.append(numerics.cpu_copy(module, session.real_values.find))
+
+            _watch_lowering(patches, MetalBackend, clock, audit, watch, to_inductor if check_numerics else None)
             audit.supported = frozenset(MetalBackend.get_supported_fallback_kernels())
             with clock.phase("to_edge"):
                 lowered = to_edge_transform_and_lower(
@@ -345,7 +344,7 @@ def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = 
     from shimkit.audit.loader import ModelLoadError, load_model
 
     if registry is None:
-        from shimkit.registry import get_registry
+        from shimkit.backend import get_registry
 
         registry = get_registry()
     config = registry.backend_config("mps") if plugins else None

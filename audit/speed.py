@@ -23,6 +23,7 @@ identical reports. ``benchmarks/bench_audit.py`` measures them (docs/audit.md, "
 from __future__ import annotations
 
 import gc
+import importlib
 from typing import Any
 
 from shimkit.audit.fake_mps import ScopedPatches
@@ -31,9 +32,8 @@ from shimkit.audit.fake_mps import ScopedPatches
 def freeze_imported_heap() -> None:
     """Move every object alive now to the collector's permanent generation (``gc.freeze``), for the
     rest of the process. Call it once, after the heavy imports, only from a process shimkit owns."""
-    import executorch.exir  # noqa: F401  (the lowering's imports, so that they are frozen too)
-    import torch._inductor.codegen.cpp_wrapper_cpu  # noqa: F401
-
+    for lowering_module in ("executorch.exir", "torch._inductor.codegen.cpp_wrapper_cpu"):
+        importlib.import_module(lowering_module)  # so that they are frozen too
     gc.collect()
     gc.freeze()
 

@@ -25,7 +25,7 @@ import warnings
 from shimkit.audit import run_audit
 from shimkit.audit.runner import PHASES
 from shimkit.audit.zoo import ZOO
-from shimkit.registry import PluginRegistry
+from shimkit.backend import new_registry
 
 WARM_UP = "seed_split_linear"
 
@@ -45,7 +45,7 @@ def main() -> None:
     plugins = not args.no_plugins
     speedups = not args.no_speedups
     # shimkit's built-in plugins only: third-party entry points would make the figures machine-specific.
-    registry = PluginRegistry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    registry = new_registry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"})
 
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"{os.cpu_count()} CPUs; plugins={plugins}; speedups={speedups}; repeat={args.repeat}", flush=True)

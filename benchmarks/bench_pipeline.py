@@ -24,12 +24,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from transformer_graph import edge_program  # noqa: E402
 
-from shimkit.passes import Pipeline  # noqa: E402
+from shimkit.backend import pipeline as device_pipeline  # noqa: E402
 
 
 def run_shimkit(program, device: str):
     candidate = copy.deepcopy(program)
-    pipeline = Pipeline.for_device(device)
+    pipeline = device_pipeline(device)
     gc.collect()
     gc.disable()
     started = time.perf_counter()

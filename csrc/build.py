@@ -13,7 +13,6 @@ reference c-shim library linked against libtorch, the sanitizer build of ``shimk
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import shlex
@@ -169,22 +168,3 @@ def sanitized_module() -> Path:
     return compile_shared_library("_C", shimkit_module_sources(), python_module=True,
                                   extra_flags=SANITIZER_FLAGS,
                                   suffix=sysconfig.get_config_var("EXT_SUFFIX"))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m shimkit.csrc.build", description=__doc__.split("\n\n")[0])
-    parser.add_argument("target", choices=["sanitized-module", "reference-shim"],
-                        help="sanitized-module: ASan+UBSan shimkit._C; reference-shim: the libtorch-linked "
-                             "reference c-shim library (sanitized when SHIMKIT_SANITIZE=1)")
-    args = parser.parse_args(argv)
-    if args.target == "sanitized-module":
-        print(sanitized_module())
-    else:
-        from shimkit.csrc.reference_shim import build_reference_shim
-
-        print(build_reference_shim())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,8 +13,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 CXX="${CXX:-g++}"
 
-module="$("$PY" -m shimkit.csrc.build sanitized-module)"
-SHIMKIT_SANITIZE=1 "$PY" -m shimkit.csrc.build reference-shim >/dev/null
+module="$("$PY" -m shimkit.csrc sanitized-module)"
+SHIMKIT_SANITIZE=1 "$PY" -m shimkit.csrc reference-shim >/dev/null
 
 export SHIMKIT_NATIVE_MODULE="$module"
 export SHIMKIT_SANITIZE=1

@@ -5,7 +5,7 @@ the way ``AotiBackend.preprocess`` calls custom passes: on a ``GraphModule``, or
 ``ExportedProgram`` when it sets ``requires_exported_program``. See ``docs/passes.md``.
 
 >>> from shimkit.passes import Pipeline
->>> pipeline = Pipeline.for_device("mps")  # the passes the registry's plugins contribute  # doctest: +SKIP
+>>> pipeline = shimkit.backend.pipeline("mps")  # the passes the registry's plugins contribute  # doctest: +SKIP
 >>> pipeline(edge_program)                                                                 # doctest: +SKIP
 """
 

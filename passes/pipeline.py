@@ -141,14 +141,6 @@ class Pipeline(ShimkitPass):
         self.check = check
         self.report = PipelineReport()
 
-    @classmethod
-    def for_device(cls, device: str, **kwargs: Any) -> "Pipeline":
-        """The graph-stage passes the active registry plugins contribute for ``device``, in order."""
-        from shimkit.registry import backend_config
-
-        config = backend_config(device)
-        return cls(list(zip(config.pass_names, config.passes)), name=f"{device}_passes", **kwargs)
-
     @property
     def requires_exported_program(self) -> bool:  # type: ignore[override]
         return any(getattr(p, "requires_exported_program", False) for _, p in self.passes)

@@ -1,8 +1,10 @@
 """shimkit's built-in op plugins, written with exactly the hooks a third party uses.
 
-Each module in :data:`BUILTIN_MODULES` is registered as a plugin by the registry; block one with
-``SHIMKIT_BLOCK_PLUGINS=<module>`` like any other plugin.
+Each module in :data:`BUILTIN_MODULES` is handed to the registry as a plugin by
+:mod:`shimkit.backend`; block one with ``SHIMKIT_BLOCK_PLUGINS=<module>`` like any other plugin.
 """
+
+BUILTIN_PACKAGE = "shimkit.plugins"
 
 BUILTIN_MODULES = (
     "mm",

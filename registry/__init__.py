@@ -1,15 +1,17 @@
-"""The op-plugin registry: hook specs, records, discovery and everything derived from them.
+"""The op-plugin registry: the plugin-author contract (hook specs, ``hookimpl``, records, errors) and
+discovery (the plugin manager), with the configuration derived from the registered records.
 
->>> from shimkit.registry import backend_config
->>> "aoti_torch_mps_mm_out" in backend_config("mps").fallback_kernels
+It is handed the built-in plugins and imports neither :mod:`shimkit.passes` nor
+:mod:`shimkit.plugins`; the process-wide registry with the built-ins, pipelines and Inductor options
+are assembled one layer up, in :mod:`shimkit.backend`.
+
+>>> from shimkit.registry import PluginRegistry
+>>> registry = PluginRegistry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"}, builtins=("shimkit.plugins.mm",))
+>>> "aoti_torch_mps_mm_out" in registry.backend_config("mps").fallback_kernels
 True
 """
 
 from __future__ import annotations
-
-import contextlib
-import threading
-from typing import Iterator, Mapping
 
 from shimkit._versions import check_versions
 
@@ -32,38 +34,6 @@ from shimkit.registry.records import OpPlugin, PassSpec, Shim
 __all__ = [
     "BackendConfig", "DecompositionDeclined", "DeviceCapabilities", "InvalidPluginRecord", "OpPlugin", "PassSpec",
     "PluginConflictError", "PluginLoadError", "PluginProblem", "PluginRegistry", "PluginSource",
-    "Provision", "Registered", "Shim", "ShimkitPluginError", "UnknownOpError", "backend_config",
-    "canonical_op_name", "get_registry", "hookimpl", "hookspec", "resolve_op", "use_registry",
+    "Provision", "Registered", "Shim", "ShimkitPluginError", "UnknownOpError",
+    "canonical_op_name", "hookimpl", "hookspec", "resolve_op",
 ]
-
-_lock = threading.Lock()
-_current: PluginRegistry | None = None
-
-
-def get_registry() -> PluginRegistry:
-    """The process-wide registry, created from ``os.environ`` on first use."""
-    global _current
-    with _lock:
-        if _current is None:
-            _current = PluginRegistry()
-        return _current
-
-
-@contextlib.contextmanager
-def use_registry(registry: PluginRegistry | None = None, *, env: Mapping[str, str] | None = None
-                 ) -> Iterator[PluginRegistry]:
-    """Make ``registry`` (or a fresh one built from ``env``) the process-wide one for a block."""
-    global _current
-    replacement = registry if registry is not None else PluginRegistry(env=env)
-    with _lock:
-        previous, _current = _current, replacement
-    try:
-        yield replacement
-    finally:
-        with _lock:
-            _current = previous
-
-
-def backend_config(device: str) -> BackendConfig:
-    """Derive the configuration for ``device`` (``"mps"`` or ``"cuda"``) from the active plugins."""
-    return get_registry().backend_config(device)

@@ -11,15 +11,16 @@ import functools
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
 
 from shimkit._ordering import OrderingCycle, prerequisites_of, stable_order
 from shimkit.registry.errors import DecompositionDeclined, PluginConflictError
-from shimkit.registry.manager import PluginRegistry, PluginSource, Registered
+if TYPE_CHECKING:  # the registry calls derive_backend_config with itself
+    from shimkit.registry.manager import PluginRegistry, PluginSource, Registered
 from shimkit.registry.ops import canonical_op_name, try_resolve_op
-from shimkit.registry.records import DEVICES, OpPlugin, PassSpec, Shim
+from shimkit.registry.records import DEVICES, PassSpec, Shim
 
 
 @dataclass(frozen=True)
@@ -93,18 +94,6 @@ class BackendConfig:
     def provider_of(self, kernel_name: str) -> Provision | None:
         """Which plugin provides a kernel name as Inductor records it (``aoti_torch_mps_mm_out`` ...)."""
         return self.kernel_providers.get(kernel_name)
-
-    def inductor_options(self) -> dict[str, Any]:
-        """AOTInductor options to merge into the backend's own: custom c-shims and post-grad passes."""
-        options: dict[str, Any] = {}
-        if self.custom_c_shims:
-            options["aot_inductor.custom_ops_to_c_shims"] = dict(self.custom_c_shims)
-        if self.post_grad_passes:
-            from shimkit.passes.inductor import PostGradPipeline
-
-            options["post_grad_custom_post_pass"] = PostGradPipeline(
-                self.post_grad_passes, self.post_grad_pass_names)
-        return options
 
     def cmake_snippet(self, variable: str | None = None) -> str:
         """CMake ``set()``s listing kernel sources and shimkit's kernel SDK include directory, for

@@ -34,17 +34,16 @@ import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from types import ModuleType
-from typing import Any, Callable, Generic, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
 
 import pluggy
 
-from shimkit.registry import hookspecs
+import shimkit.registry.hookspecs as hookspecs
 from shimkit.registry.errors import InvalidPluginRecord, PluginLoadError, ShimkitPluginError
 from shimkit.registry.records import OpPlugin, PassSpec
 
 ENTRY_POINT_GROUP = "shimkit"
 _RECORD_TYPES = {"shimkit_op_plugins": OpPlugin, "shimkit_passes": PassSpec}
-BUILTIN_PACKAGE = "shimkit.plugins"
 
 
 def _env_list(env: Mapping[str, str], key: str) -> frozenset[str] | None:
@@ -106,14 +105,18 @@ class Registered(Generic[RecordT]):
 class PluginRegistry:
     """Discovers shimkit plugins and collects their records.
 
-    >>> registry = PluginRegistry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"})
-    >>> sorted(p.name for p in registry.op_plugins())[:3]
-    ['addmm', 'bmm', 'convolution']
+    >>> registry = PluginRegistry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    ...                           builtins=("shimkit.plugins.mm", "shimkit.plugins.bmm"))
+    >>> sorted(p.name for p in registry.op_plugins())
+    ['bmm', 'mm']
 
     ``env`` defaults to ``os.environ``; tests pass their own mapping instead of mutating the process.
+    ``builtins`` names the modules registered first, as built-ins (``shimkit.backend.new_registry``
+    hands it shimkit's own).
     """
 
-    def __init__(self, env: Mapping[str, str] | None = None, *, load: bool = True) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None, *, builtins: Sequence[str] = (),
+                 load: bool = True) -> None:
         env = os.environ if env is None else env
         self.autoload = env.get("SHIMKIT_DISABLE_PLUGIN_AUTOLOAD", "") not in ("1", "true", "yes")
         self.blocked_names = _env_list(env, "SHIMKIT_BLOCK_PLUGINS") or frozenset()
@@ -128,18 +131,15 @@ class PluginRegistry:
         self._records: tuple[list[Registered[OpPlugin]], list[Registered[PassSpec]]] | None = None
         self._origins: dict[int, tuple[Any, PluginSource]] = {}
         if load:
-            self._load_builtins()
+            self._load_builtins(builtins)
             if self.autoload:
                 self._load_entry_points()
 
     # -- discovery -------------------------------------------------------------------------------
-    def _load_builtins(self) -> None:
-        from shimkit.plugins import BUILTIN_MODULES
-
-        for short_name in BUILTIN_MODULES:
-            module_name = f"{BUILTIN_PACKAGE}.{short_name}"
+    def _load_builtins(self, module_names: Sequence[str]) -> None:
+        for module_name in module_names:
             # Blocked built-ins still load: their records stay visible, marked blocked.
-            self._load_module(module_name, PluginSource("builtin", short_name, module_name))
+            self._load_module(module_name, PluginSource("builtin", module_name.rsplit(".", 1)[-1], module_name))
 
     def _load_entry_points(self) -> None:
         for entry_point in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):

@@ -82,7 +82,7 @@ def _print_plugins(report: dict[str, Any]) -> None:
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
-    from shimkit.registry import get_registry
+    from shimkit.backend import get_registry
 
     report = plugins_report(get_registry())
     if args.json:
@@ -94,7 +94,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    from shimkit.registry import backend_config
+    from shimkit.backend import backend_config
 
     config = backend_config(args.device)
     if args.cmake:

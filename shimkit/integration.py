@@ -21,7 +21,8 @@ import sys
 import types
 from typing import Any, Iterator
 
-from shimkit.registry import BackendConfig, backend_config
+from shimkit.backend import backend_config, inductor_options
+from shimkit.registry import BackendConfig
 
 PATCHED = (
     "get_supported_fallback_kernels",
@@ -80,7 +81,7 @@ def _replacements(backend_cls: type, config: BackendConfig) -> dict[str, Any]:
         with _importable_torchao_mps_cshim():
             options = dict(original_options(compile_specs))
         options.pop("aot_inductor.custom_ops_to_c_shims", None)
-        options.update(config.inductor_options())
+        options.update(inductor_options(config))
         return options
 
     return {

@@ -188,10 +188,10 @@ def test_an_audit_after_torch_compile_in_the_same_process_still_lowers_for_mps()
     probe = """
 import torch
 from shimkit.audit import run_audit
-from shimkit.registry import PluginRegistry
+from shimkit.backend import new_registry
 with torch.no_grad():
     torch.compile(torch.nn.Linear(8, 5).eval())(torch.randn(6, 8))
-audit = run_audit(["seed_split_linear"], registry=PluginRegistry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"})).models[0]
+audit = run_audit(["seed_split_linear"], registry=new_registry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"})).models[0]
 print("STATUS", audit.status, audit.failure and audit.failure.message)
 from torch._inductor.utils import get_gpu_type
 print("AFTER", get_gpu_type())

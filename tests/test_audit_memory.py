@@ -20,9 +20,9 @@ ALLOWED_PER_AUDIT = 40
 SCRIPT = f"""
 import gc, json
 from shimkit.audit import run_audit
-from shimkit.registry import PluginRegistry
+from shimkit.backend import new_registry
 
-registry = PluginRegistry(env={{"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"}})
+registry = new_registry(env={{"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"}})
 for _ in range({WARM_UP}):
     run_audit(["seed_split_linear"], registry=registry)
 gc.collect()

@@ -12,7 +12,8 @@ from registry_helpers import CLEAN_ENV
 from shimkit.audit import run_audit, to_json
 from shimkit.audit.cli import configure_parser, run
 from shimkit.audit.numerics import size_plans
-from shimkit.registry import OpPlugin, PluginRegistry, hookimpl
+from shimkit.registry import OpPlugin, hookimpl
+from shimkit.backend import new_registry
 
 CUMSUM = "aten::cumsum.default"
 
@@ -38,7 +39,7 @@ class BakedCumsum:
 
 
 def test_the_dynamic_zoo_model_matches_eager_at_its_bounds_and_past_the_example():
-    result = run_audit(["position_ids_dynamic"], registry=PluginRegistry(env=CLEAN_ENV), check_numerics=True)
+    result = run_audit(["position_ids_dynamic"], registry=new_registry(env=CLEAN_ENV), check_numerics=True)
     audit = result.models[0]
     assert audit.status == "clean"
     sizes = [check.sizes["input_ids.shape[1]"] for check in audit.numerics.checks]
@@ -47,7 +48,7 @@ def test_the_dynamic_zoo_model_matches_eager_at_its_bounds_and_past_the_example(
 
 
 def test_a_decomposition_that_bakes_the_example_size_is_reported_wrong_with_exit_1(capsys):
-    registry = PluginRegistry(env=CLEAN_ENV)
+    registry = new_registry(env=CLEAN_ENV)
     registry.register(BakedCumsum(), name="baked")
     result = run_audit(["position_ids_dynamic"], registry=registry, check_numerics=True)
     audit = result.models[0]

@@ -19,11 +19,11 @@ from shimkit.audit import run_audit, to_json
 from shimkit.audit.fake_mps import ScopedPatches
 from shimkit.audit.speed import cia_ops_materialized_once
 from shimkit.audit.zoo import ZOO
-from shimkit.registry import PluginRegistry
+from shimkit.backend import new_registry
 
 
 def _registry():
-    return PluginRegistry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    return new_registry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"})
 
 
 def _without_timings(document):

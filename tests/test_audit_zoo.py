@@ -14,12 +14,12 @@ import torch
 from shimkit.audit import SCHEMA_VERSION, run_audit, to_json
 from shimkit.audit.cli import configure_parser, run
 from shimkit.audit.zoo import ZOO
-from shimkit.registry import PluginRegistry
+from shimkit.backend import new_registry
 
 def shimkit_registry(**env):
     """shimkit's built-in plugins only (third-party entry points would make the zoo's result depend
     on the machine); ``env`` adds e.g. SHIMKIT_BLOCK_PLUGINS."""
-    return PluginRegistry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1", **env})
+    return new_registry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1", **env})
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ from torch.export import Dim, export
 from shimkit.passes import DecomposeInPlace, PassError, Pipeline
 from shimkit.passes.decompose import DECLINED_META, recording_declines
 from shimkit.passes.pipeline import PipelineError
-from shimkit.registry import DecompositionDeclined, backend_config
+from shimkit.registry import DecompositionDeclined
+from shimkit.backend import backend_config, pipeline as device_pipeline
 
 CUMSUM = "aten::cumsum.default"
 
@@ -42,7 +43,7 @@ def test_cumsum_after_the_mps_pipeline_is_right_at_every_length_in_bounds(dtype,
     generator = torch.Generator().manual_seed(0)
     example = torch.randint(-5, 5, (2, 16), generator=generator).to(dtype)
     program = edge_program(Cumsum(), example, ({1: Dim("seq", min=2, max=128)},))
-    Pipeline.for_device("mps")(program)
+    device_pipeline("mps")(program)
     assert not any("cumsum" in op for op in ops_in(program))
     for length in (2, 3, 15, 16, 17, 64, 100, 127, 128):
         x = torch.randint(-5, 5, (2, length), generator=generator).to(dtype)
@@ -55,7 +56,7 @@ def test_cumsum_after_the_mps_pipeline_is_right_at_every_length_in_bounds(dtype,
 def test_cumsum_over_a_dimension_without_upper_bound_is_declined_and_says_why():
     program = edge_program(Cumsum(), torch.randn(2, 16), ({1: Dim("seq", min=2)},))
     with recording_declines() as declines:
-        Pipeline.for_device("mps")(program)
+        device_pipeline("mps")(program)
     node = next(n for n in program.graph.nodes if "cumsum" in str(n.target))  # left in place
     assert "no upper bound" in node.meta[DECLINED_META]
     assert [(d.op, d.node) for d in declines] == [("aten::cumsum", node.name)]
@@ -75,7 +76,7 @@ def test_a_declined_decomposition_becomes_notimplemented_in_the_backend_table():
 
 def test_a_static_cumsum_still_decomposes_with_the_static_length():
     program = edge_program(Cumsum(dim=-1), torch.randn(3, 5), None)
-    Pipeline.for_device("mps")(program)
+    device_pipeline("mps")(program)
     x = program.example_inputs[0][0] if program.example_inputs else torch.randn(3, 5)
     torch.testing.assert_close(program.module()(x), torch.cumsum(x, -1))
 

@@ -7,7 +7,7 @@ from executorch.backends.apple.metal.metal_backend import MetalBackend
 
 from registry_helpers import CLEAN_ENV
 from shimkit.integration import PATCHED, device_of, install, registry_backend
-from shimkit.registry import PluginRegistry, use_registry
+from shimkit.backend import new_registry, use_registry
 
 
 def originals(backend_cls):
@@ -16,7 +16,7 @@ def originals(backend_cls):
 
 @pytest.fixture
 def mps_config():
-    return PluginRegistry(env=CLEAN_ENV).backend_config("mps")
+    return new_registry(env=CLEAN_ENV).backend_config("mps")
 
 
 def test_metal_backend_takes_the_registry_config(mps_config):

@@ -14,6 +14,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from shimkit.passes import DecomposeInPlace, PassError
 from shimkit.passes.meta import layout, same_layout
 from shimkit.passes.ops import aten_op
+from shimkit.backend import backend_config
 
 aten = torch.ops.aten
 TABLE = {op: decomposition_table[op] for op in (aten.native_layer_norm.default, aten.gelu.default,
@@ -127,8 +128,7 @@ def test_failing_decomposition_names_the_node_and_source_line():
 
 
 def test_registry_spelling_and_capabilities():
-    from shimkit.registry import backend_config
-
+    
     capabilities = backend_config("cuda").capabilities
     decompose = DecomposeInPlace.from_capabilities(capabilities)
     assert aten.addmm.default in decompose.table

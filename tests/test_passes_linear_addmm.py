@@ -14,7 +14,7 @@ from shimkit.passes import AddmmPolicy, DecomposeLinear, PassError
 from shimkit.passes.inductor import PostGradPipeline
 from shimkit.passes.ops import aten_op
 from shimkit.plugins.addmm import addmm_decomposition
-from shimkit.registry import backend_config
+from shimkit.backend import backend_config, inductor_options
 
 aten = torch.ops.aten
 
@@ -112,5 +112,5 @@ def test_post_grad_uuid_is_stable_and_follows_configuration():
     again = PostGradPipeline([AddmmPolicy(addmm_decomposition)], ["unfuse_addmm"])
     kept = PostGradPipeline([AddmmPolicy(addmm_decomposition, keep=True)], ["unfuse_addmm"])
     assert first.uuid() == again.uuid() != kept.uuid()
-    options = backend_config("cuda").inductor_options()
+    options = inductor_options(backend_config("cuda"))
     assert isinstance(options["post_grad_custom_post_pass"], PostGradPipeline)

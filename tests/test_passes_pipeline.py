@@ -9,6 +9,7 @@ import torch
 from torch import fx
 
 from passes_helpers import propagate_values
+from shimkit.backend import pipeline as device_pipeline
 from shimkit.passes import (DecomposeLinear, PassContext, PassError, Pipeline, PipelineError,
                             ReplaceViewCopyWithView, ShimkitPass)
 
@@ -150,5 +151,5 @@ def test_pass_errors_name_the_pass():
 
 
 def test_pipeline_for_device_uses_the_registry():
-    pipeline = Pipeline.for_device("mps")
+    pipeline = device_pipeline("mps")
     assert pipeline.names[-1] == "view_copy_to_view" and "addmm_to_mm" in pipeline.names

@@ -8,14 +8,8 @@ from executorch.backends.apple.metal.metal_backend import MetalBackend
 
 import shimkit.csrc
 from registry_helpers import CLEAN_ENV
-from shimkit.registry import (
-    OpPlugin,
-    PassSpec,
-    PluginConflictError,
-    PluginRegistry,
-    Shim,
-    hookimpl,
-)
+from shimkit.registry import OpPlugin, PassSpec, PluginConflictError, Shim, hookimpl
+from shimkit.backend import inductor_options, new_registry
 
 
 class Records:
@@ -34,7 +28,7 @@ class Records:
 
 
 def registry_with(*plugins):
-    registry = PluginRegistry(env=CLEAN_ENV)
+    registry = new_registry(env=CLEAN_ENV)
     for index, plugin in enumerate(plugins):
         registry.register(plugin, name=f"test-plugin-{index}")
     return registry
@@ -50,7 +44,7 @@ def kernel_plugin(name, symbol="aoti_torch_mps_erfinv", op="aten::erfinv", prior
 
 
 def test_derived_fallback_kernels_cover_executorch_metal_backend():
-    config = PluginRegistry(env=CLEAN_ENV).backend_config("mps")
+    config = new_registry(env=CLEAN_ENV).backend_config("mps")
     upstream = set(MetalBackend.get_supported_fallback_kernels())
     assert upstream <= set(config.fallback_kernels)
 
@@ -75,23 +69,23 @@ def test_decomposition_applies_only_where_no_shim():
 
 
 def test_custom_op_prototypes_become_custom_c_shims():
-    config = PluginRegistry(env=CLEAN_ENV).backend_config("mps")
+    config = new_registry(env=CLEAN_ENV).backend_config("mps")
     gather = torch.ops.metal.gather_qmv.default
     (prototype,) = config.custom_c_shims[gather]
     assert prototype.startswith("AOTITorchError aoti_torch_mps_gather_qmv(")
     assert config.provider_of("metal::gather_qmv").plugin == "gather-qmv"
-    assert config.inductor_options()["aot_inductor.custom_ops_to_c_shims"][gather] == [prototype]
+    assert inductor_options(config)["aot_inductor.custom_ops_to_c_shims"][gather] == [prototype]
 
 
 def test_cuda_has_no_shims_yet_but_derives():
-    config = PluginRegistry(env=CLEAN_ENV).backend_config("cuda")
+    config = new_registry(env=CLEAN_ENV).backend_config("cuda")
     assert dict(config.fallback_kernels) == {}
     assert torch.ops.aten.addmm.default in config.decomposition_table
 
 
 def test_unknown_device_is_rejected():
     with pytest.raises(ValueError, match="unknown device 'tpu'"):
-        PluginRegistry(env=CLEAN_ENV).backend_config("tpu")
+        new_registry(env=CLEAN_ENV).backend_config("tpu")
 
 
 def test_equal_priority_shims_conflict_naming_both():

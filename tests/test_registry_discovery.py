@@ -6,14 +6,8 @@ import types
 import pytest
 
 from registry_helpers import CLEAN_ENV, install_distribution
-from shimkit.registry import (
-    OpPlugin,
-    PassSpec,
-    PluginLoadError,
-    PluginRegistry,
-    ShimkitPluginError,
-    hookimpl,
-)
+from shimkit.backend import new_registry
+from shimkit.registry import OpPlugin, PassSpec, PluginLoadError, ShimkitPluginError, hookimpl
 
 BUILTINS = {"mm", "bmm", "convolution", "topk", "sdpa", "torchao-linear-4bit", "gather-qmv",
             "gated-delta-rule", "addmm", "view-copy"}
@@ -33,14 +27,14 @@ def names(registry, **kwargs):
 
 
 def test_builtins_load_without_autoload():
-    registry = PluginRegistry(env=CLEAN_ENV)
+    registry = new_registry(env=CLEAN_ENV)
     assert BUILTINS <= names(registry)
     assert all(e.source.kind == "builtin" for e in registry.op_plugins())
     assert registry.problems == ()
 
 
 def test_example_package_is_discovered_through_its_entry_point():
-    registry = PluginRegistry(env={})
+    registry = new_registry(env={})
     (entry,) = [e for e in registry.op_plugins() if e.name == "example-logaddexp"]
     assert entry.source.kind == "entry_point"
     assert entry.source.name == "example"
@@ -49,21 +43,21 @@ def test_example_package_is_discovered_through_its_entry_point():
 
 
 def test_disable_autoload_skips_entry_points():
-    assert "example-logaddexp" not in names(PluginRegistry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"}))
+    assert "example-logaddexp" not in names(new_registry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"}))
 
 
 def test_block_entry_point_is_not_imported(tmp_path, monkeypatch):
     install_distribution(tmp_path, "blocked-dist", {"blocked_ep": "blocked_mod"},
                          {"blocked_mod": "raise RuntimeError('must not be imported')"})
     monkeypatch.syspath_prepend(str(tmp_path))
-    registry = PluginRegistry(env={"SHIMKIT_BLOCK_PLUGINS": "blocked_ep"})
+    registry = new_registry(env={"SHIMKIT_BLOCK_PLUGINS": "blocked_ep"})
     assert "blocked_mod" not in sys.modules
     assert registry.problems == ()
     assert [s.name for s in registry.blocked_sources()] == ["blocked_ep"]
 
 
 def test_block_builtin_module_and_op_plugin_names():
-    registry = PluginRegistry(env={**CLEAN_ENV, "SHIMKIT_BLOCK_PLUGINS": "mm, addmm"})
+    registry = new_registry(env={**CLEAN_ENV, "SHIMKIT_BLOCK_PLUGINS": "mm, addmm"})
     assert "mm" not in names(registry) and "addmm" not in names(registry)
     blocked = {e.name for e in registry.op_plugins(include_blocked=True) if e.blocked}
     assert blocked == {"mm", "addmm"}
@@ -76,7 +70,7 @@ def test_allow_list_limits_entry_points(tmp_path, monkeypatch):
     install_distribution(tmp_path, "other-dist", {"other": "other_plugin"},
                          {"other_plugin": GOOD_PLUGIN.format(name="other-erfinv")})
     monkeypatch.syspath_prepend(str(tmp_path))
-    registry = PluginRegistry(env={"SHIMKIT_ALLOW_PLUGINS": "other"})
+    registry = new_registry(env={"SHIMKIT_ALLOW_PLUGINS": "other"})
     assert "other-erfinv" in names(registry)
     assert "example-logaddexp" not in names(registry)
     assert BUILTINS <= names(registry)
@@ -122,7 +116,7 @@ def test_broken_plugin_is_reported_by_name_and_skipped(kind, tmp_path, monkeypat
     install_distribution(tmp_path, f"broken-{kind}", {f"broken-{kind}": module}, {module: BROKEN[kind]})
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.warns(UserWarning, match=f"broken-{kind}"):
-        registry = PluginRegistry(env={})
+        registry = new_registry(env={})
         problems = registry.problems
     (problem,) = problems
     stage, text = EXPECTED[kind]
@@ -139,11 +133,11 @@ def test_strict_mode_raises(kind, tmp_path, monkeypatch):
     install_distribution(tmp_path, f"strict-{kind}", {f"strict-{kind}": module}, {module: BROKEN[kind]})
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(PluginLoadError, match=f"strict-{kind}"):
-        PluginRegistry(env={"SHIMKIT_STRICT_PLUGINS": "1"}).op_plugins()
+        new_registry(env={"SHIMKIT_STRICT_PLUGINS": "1"}).op_plugins()
 
 
 def test_register_from_code_and_unregister():
-    registry = PluginRegistry(env=CLEAN_ENV)
+    registry = new_registry(env=CLEAN_ENV)
 
     class ErfinvPlugin:
         @hookimpl
@@ -160,7 +154,7 @@ def test_register_from_code_and_unregister():
 
 
 def test_module_registered_from_code():
-    registry = PluginRegistry(env=CLEAN_ENV)
+    registry = new_registry(env=CLEAN_ENV)
     module = types.ModuleType("my_inline_plugin")
     exec(GOOD_PLUGIN.format(name="inline-erfinv"), module.__dict__)
     registry.register(module)
@@ -173,7 +167,7 @@ def test_registering_a_malformed_plugin_from_code_raises_naming_it():
         def shimkit_op_plugin(self):  # no such hook
             return []
 
-    registry = PluginRegistry(env=CLEAN_ENV)
+    registry = new_registry(env=CLEAN_ENV)
     with pytest.raises(ShimkitPluginError, match="cannot register plugin 'misspelled'.*shimkit_op_plugin"):
         registry.register(MisspelledHook(), name="misspelled")
     assert registry.problems == ()
@@ -198,7 +192,7 @@ def test_hooks_are_called_through_pluggy_so_tryfirst_and_trylast_order_the_recor
         def shimkit_passes(self):
             yield PassSpec(name="c-last", factory=lambda capabilities: (lambda gm: None))
 
-    registry = PluginRegistry(env=CLEAN_ENV)
+    registry = new_registry(env=CLEAN_ENV)
     registry.register(First(), name="first")
     registry.register(_pass_plugin("a-plain"), name="plain")
     registry.register(Last(), name="last")
@@ -218,7 +212,7 @@ def test_a_hook_wrapper_sees_and_may_filter_every_plugins_records():
             seen.extend(spec.name for records in results for spec in records)
             return [[spec for spec in records if spec.name != "dropped"] for records in results]
 
-    registry = PluginRegistry(env=CLEAN_ENV)
+    registry = new_registry(env=CLEAN_ENV)
     registry.register(_pass_plugin("dropped"), name="dropped-plugin")
     registry.register(_pass_plugin("kept"), name="kept-plugin")
     registry.register(Filter(), name="filter")
@@ -232,7 +226,7 @@ def test_a_failing_hook_is_reported_against_its_plugin_while_the_others_run():
         def shimkit_passes(self):
             raise RuntimeError("pass hook exploded")
 
-    registry = PluginRegistry(env=CLEAN_ENV)
+    registry = new_registry(env=CLEAN_ENV)
     registry.register(Broken(), name="broken")
     registry.register(_pass_plugin("fine"), name="fine-plugin")
     with pytest.warns(UserWarning, match="registered from code 'broken'.*pass hook exploded"):

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from registry_helpers import CLEAN_ENV, install_distribution
-from shimkit.registry import PluginLoadError, PluginRegistry
+from shimkit.backend import new_registry
+from shimkit.registry import PluginLoadError
 
 SHIMKIT = str(Path(sys.executable).parent / "shimkit")
 KERNEL = str(Path(__import__("shimkit.csrc").csrc.__file__).parent / "kernels" / "addmm" / "addmm_metal.mm")
@@ -47,12 +48,12 @@ def test_a_slow_plugin_import_is_reported_and_still_loaded(tmp_path, monkeypatch
     install_distribution(tmp_path, "slow", {"slow": "slow_plugin"}, {"slow_plugin": SLOW})
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.warns(UserWarning, match="entry point 'slow'.*slow: importing it took"):
-        registry = PluginRegistry(env={"SHIMKIT_SLOW_PLUGIN_SECONDS": "0.05"})
+        registry = new_registry(env={"SHIMKIT_SLOW_PLUGIN_SECONDS": "0.05"})
         assert [p.stage for p in registry.problems] == ["slow"]
     assert "slow-erfinv" in {entry.name for entry in registry.op_plugins()}
     monkeypatch.delitem(sys.modules, "slow_plugin")  # imported afresh: slow again
     with pytest.raises(PluginLoadError, match="slow"):
-        PluginRegistry(env={"SHIMKIT_SLOW_PLUGIN_SECONDS": "0.05", "SHIMKIT_STRICT_PLUGINS": "1"})
+        new_registry(env={"SHIMKIT_SLOW_PLUGIN_SECONDS": "0.05", "SHIMKIT_STRICT_PLUGINS": "1"})
 
 
 def test_two_packages_claiming_one_shim_keep_the_first_and_report_the_second(tmp_path, monkeypatch):
@@ -62,7 +63,7 @@ def test_two_packages_claiming_one_shim_keep_the_first_and_report_the_second(tmp
                          {"dup_b": erfinv_shim_plugin("erfinv-b", symbol="aoti_torch_mps_erfinv_b")})
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.warns(UserWarning, match="entry point 'dup-b'.*conflict.*'erfinv-b' is left out"):
-        registry = PluginRegistry(env={})
+        registry = new_registry(env={})
         config = registry.backend_config("mps")
     assert config.capabilities.shims["aten::erfinv.default"].plugin == "erfinv-a"
     assert "aoti_torch_mps_erfinv_b" not in config.fallback_kernels
@@ -72,7 +73,7 @@ def test_two_packages_claiming_one_shim_keep_the_first_and_report_the_second(tmp
     registry.backend_config("mps")
     assert len(registry.problems) == 1  # derived again: reported once
     with pytest.raises(PluginLoadError, match="dup-b"):
-        PluginRegistry(env={"SHIMKIT_STRICT_PLUGINS": "1"}).backend_config("mps")
+        new_registry(env={"SHIMKIT_STRICT_PLUGINS": "1"}).backend_config("mps")
 
 
 def test_a_package_reusing_a_builtin_c_symbol_is_left_out(tmp_path, monkeypatch):
@@ -80,20 +81,20 @@ def test_a_package_reusing_a_builtin_c_symbol_is_left_out(tmp_path, monkeypatch)
                          {"clash_plugin": erfinv_shim_plugin("erfinv-clash", symbol="aoti_torch_mps_mm_out")})
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.warns(UserWarning, match="kernel name 'aoti_torch_mps_mm_out'.*'erfinv-clash' is left out"):
-        config = PluginRegistry(env={}).backend_config("mps")
+        config = new_registry(env={}).backend_config("mps")
     assert config.provider_of("aoti_torch_mps_mm_out").plugin == "mm"
     assert "aten::erfinv.default" not in config.capabilities.shims
 
 
 def test_the_registry_is_built_and_queried_from_eight_threads_at_once():
-    shared = PluginRegistry(env=CLEAN_ENV)
+    shared = new_registry(env=CLEAN_ENV)
     barrier = threading.Barrier(8)
     results, errors = [], []
 
     def work():
         try:
             barrier.wait()
-            own = PluginRegistry(env=CLEAN_ENV)
+            own = new_registry(env=CLEAN_ENV)
             config = shared.backend_config("mps")
             results.append((tuple(sorted(e.name for e in own.op_plugins())),
                             tuple(sorted(config.fallback_kernels)), len(shared.problems)))

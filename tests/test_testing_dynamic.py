@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from shimkit.registry import get_registry
 from shimkit.testing import PropertyFailure, assert_decomposition_dynamic, assert_plugin_matches_reference
+from shimkit.backend import get_registry
 
 CUMSUM = "aten::cumsum.default"
 

@@ -19,7 +19,8 @@ from typing import Any, Callable
 import torch
 from hypothesis import strategies as st
 
-from shimkit.registry import UnknownOpError, canonical_op_name, get_registry, resolve_op
+from shimkit.backend import get_registry
+from shimkit.registry import UnknownOpError, canonical_op_name, resolve_op
 from shimkit.testing.strategies import TensorRecipe, broadcastable_shapes, shapes, tensor_recipes
 
 

@@ -21,6 +21,7 @@ import torch
 from hypothesis import assume, strategies as st
 
 from shimkit.testing.opspecs import SELF, OpSpec, TensorArg, op_spec
+from shimkit.testing.repro import Ref, graph_module_source, module_source, program_summary, script
 from shimkit.testing.strategies import TensorRecipe, shapes, tensor_recipes
 
 FORMS = ("fx", "export", "edge")
@@ -48,16 +49,6 @@ MATMUL_OPS = ("aten::mm.default", "aten::addmm.default", "aten::linear.default",
 
 
 @dataclass(frozen=True)
-class Ref:
-    """A value of the program, by name, inside a call's arguments."""
-
-    name: str
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-@dataclass(frozen=True)
 class Call:
     """``result = target(*args, **kwargs)``; ``result`` is ``None`` for in-place calls (their value is
     their first argument)."""
@@ -81,7 +72,6 @@ class Program:
     dialect: str = "aten"
 
     def __repr__(self) -> str:
-        from shimkit.testing.repro import program_summary
 
         return program_summary(self)
 
@@ -97,13 +87,11 @@ class Program:
 
     def module(self) -> torch.nn.Module:
         """The program as an eager ``nn.Module`` (buffers registered, fresh on every call)."""
-        from shimkit.testing.repro import module_source
 
         return self._exec(module_source(self))["Program"]()
 
     def graph_module(self) -> torch.fx.GraphModule:
         """The program as an FX graph (in-place and view ops kept), with ``meta["val"]`` filled."""
-        from shimkit.testing.repro import graph_module_source
 
         gm = self._exec(graph_module_source(self))["build_graph_module"]()
         fill_meta(gm, self.example_inputs())
@@ -128,7 +116,6 @@ class Program:
 
     def to_python(self, transform: Any = None, failure: str | None = None) -> str:
         """A runnable script that builds this program (and applies ``transform`` to it)."""
-        from shimkit.testing.repro import script
 
         return script(self, transform, failure)
 

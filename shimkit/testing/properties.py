@@ -19,7 +19,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import torch
 from torch.fx.passes.infra.pass_base import PassResult
 
-from shimkit.registry import OpPlugin, canonical_op_name, get_registry
+from shimkit.backend import get_registry
+from shimkit.registry import OpPlugin, canonical_op_name
 
 
 class PropertyFailure(AssertionError):

@@ -85,9 +85,9 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def shimkit_registry() -> Iterator[Any]:
     """An isolated registry (built-in plugins only) that is the process-wide one during the test."""
-    from shimkit.registry import PluginRegistry, use_registry
+    from shimkit.backend import new_registry, use_registry
 
-    with use_registry(PluginRegistry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"})) as registry:
+    with use_registry(new_registry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"})) as registry:
         yield registry
 
 

@@ -8,9 +8,20 @@ from __future__ import annotations
 
 import importlib
 import operator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+@dataclass(frozen=True)
+class Ref:
+    """A value of the program, by name, inside a call's arguments."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return self.name
+
 
 _HEADER = "import operator\n\nimport torch\n"
 _EDGE_IMPORT = "from executorch.exir.dialects._ops import ops as exir_ops\n"
@@ -26,7 +37,6 @@ def target_expression(target: Any, dialect: str = "aten") -> str:
 
 
 def value_expression(value: Any) -> str:
-    from shimkit.testing.programs import Ref
 
     if isinstance(value, Ref):
         return value.name
@@ -73,7 +83,6 @@ def module_source(program) -> str:
 
 
 def _refs(names):
-    from shimkit.testing.programs import Ref
 
     return [Ref(n) for n in names]
 

@@ -1,0 +1,87 @@
+"""Assembling a backend: the layer above the registry, the passes and the built-in plugins.
+
+:mod:`shimkit.registry` is the plugin-author contract and discovery only; it is handed the built-in
+plugins and imports neither :mod:`shimkit.passes` nor :mod:`shimkit.plugins`. This module puts them
+together: the process-wide registry (built-ins plus entry points), a device's derived configuration,
+its pass pipeline and its AOTInductor options.
+
+>>> from shimkit.backend import backend_config, inductor_options, pipeline
+>>> "aoti_torch_mps_mm_out" in backend_config("mps").fallback_kernels
+True
+>>> pipeline("mps").names
+['decompose_linear', 'addmm_to_mm', 'plugin_decompositions', 'view_copy_to_view']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Iterator, Mapping
+
+from shimkit.passes import Pipeline
+from shimkit.passes.inductor import PostGradPipeline
+from shimkit.plugins import BUILTIN_MODULES, BUILTIN_PACKAGE
+from shimkit.registry import BackendConfig, PluginRegistry
+
+__all__ = ["BUILTIN_PLUGINS", "backend_config", "get_registry", "inductor_options", "new_registry", "pipeline",
+           "use_registry"]
+
+BUILTIN_PLUGINS = tuple(f"{BUILTIN_PACKAGE}.{name}" for name in BUILTIN_MODULES)
+
+_lock = threading.Lock()
+_current: PluginRegistry | None = None
+
+
+def new_registry(env: Mapping[str, str] | None = None) -> PluginRegistry:
+    """A registry with shimkit's built-in plugins and (unless ``env`` disables autoload) the
+    entry points; ``env`` defaults to ``os.environ``."""
+    return PluginRegistry(env, builtins=BUILTIN_PLUGINS)
+
+
+def get_registry() -> PluginRegistry:
+    """The process-wide registry, created from ``os.environ`` on first use."""
+    global _current
+    with _lock:
+        if _current is None:
+            _current = new_registry()
+        return _current
+
+
+@contextlib.contextmanager
+def use_registry(registry: PluginRegistry | None = None, *, env: Mapping[str, str] | None = None
+                 ) -> Iterator[PluginRegistry]:
+    """Make ``registry`` (or a fresh one built from ``env``) the process-wide one for a block."""
+    global _current
+    replacement = registry if registry is not None else new_registry(env)
+    with _lock:
+        previous, _current = _current, replacement
+    try:
+        yield replacement
+    finally:
+        with _lock:
+            _current = previous
+
+
+def backend_config(device: str, registry: PluginRegistry | None = None) -> BackendConfig:
+    """The configuration for ``device`` (``"mps"`` or ``"cuda"``) derived from ``registry``'s active
+    plugins (default: the process-wide registry)."""
+    return (registry or get_registry()).backend_config(device)
+
+
+def pipeline(device: str, registry: PluginRegistry | None = None, **kwargs: Any) -> Pipeline:
+    """The graph-stage passes the active plugins contribute for ``device``, in order, as one
+    :class:`~shimkit.passes.Pipeline` (``kwargs`` as for ``Pipeline``: ``check=True`` ...)."""
+    config = backend_config(device, registry)
+    return Pipeline(list(zip(config.pass_names, config.passes)), name=f"{device}_passes", **kwargs)
+
+
+def inductor_options(config: BackendConfig) -> dict[str, Any]:
+    """AOTInductor options to merge into the backend's own: the custom c-shims and the post-grad
+    passes (as one ``post_grad_custom_post_pass``)."""
+    options: dict[str, Any] = {}
+    if config.custom_c_shims:
+        options["aot_inductor.custom_ops_to_c_shims"] = dict(config.custom_c_shims)
+    if config.post_grad_passes:
+        options["post_grad_custom_post_pass"] = PostGradPipeline(config.post_grad_passes,
+                                                                 config.post_grad_pass_names)
+    return options
