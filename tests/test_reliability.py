@@ -163,8 +163,11 @@ def test_hostile_models_end_their_own_audit_and_leave_a_valid_report(tmp_path):
 
 
 def test_ctrl_c_mid_audit_exits_130_with_a_valid_report_of_what_ran():
+    # A job started in the background (CI's, say) inherits SIGINT ignored, and so would the audit:
+    # give it the default disposition, as a terminal would.
     process = subprocess.Popen([SHIMKIT, "audit", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env={**os.environ, **CLEAN_ENV})
+                               text=True, env={**os.environ, **CLEAN_ENV},
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     finished = 0
     while finished < 2:  # progress lines end when a model is done
         line = process.stderr.readline()
