@@ -4,7 +4,7 @@
 whose cpp-wrapper codegen is what decides which c-shim or proxy-executor kernels the generated
 ``.so`` calls. None of that codegen needs a GPU; only a handful of places touch the real device. Each
 patch below replaces exactly one such place, for the duration of :func:`fake_mps_lowering`, and is
-undone on exit, also when lowering raises (reference §7 lists them). They all touch private Inductor
+undone on exit, also when lowering raises (docs/metal-aoti.md, "Lowering for mps on a machine without MPS" lists them). They all touch private Inductor
 and ExecuTorch details, which is why :func:`check_torch_version` refuses releases nobody tested.
 """
 
@@ -13,19 +13,18 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import sys
 import tempfile
-import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils import _pytree as pytree
+
+from shimkit._patching import ScopedPatches, importable_torchao_mps_cshim
+from shimkit._versions import UnsupportedVersionError, check_release
 from torch.utils._python_dispatch import TorchDispatchMode
 
 MPS = torch.device("mps")
-SUPPORTED_TORCH_RELEASES = ("2.13", "2.14")
-TORCHAO_MPS_CSHIM = "torchao.experimental.ops.mps.cshim"
 
 # Inductor sizes split reductions of its generated Metal kernels by the GPU core count. Which c-shim
 # kernels the wrapper calls does not depend on it; 10 is an M2's count, a typical value.
@@ -37,56 +36,14 @@ class AuditEnvironmentError(RuntimeError):
 
 
 def check_torch_version(version: str | None = None) -> str:
-    """Return the torch release, or raise :class:`AuditEnvironmentError` for an untested one."""
-    version = version or torch.__version__
-    release = ".".join(version.split("+")[0].split(".")[:2])
-    if release not in SUPPORTED_TORCH_RELEASES:
-        raise AuditEnvironmentError(
-            f"shimkit audit: torch {version} is not supported; the fake-mps lowering patches private "
-            f"Inductor internals and is tested only with torch "
-            f"{' and '.join(r + '.x' for r in SUPPORTED_TORCH_RELEASES)}")
-    return release
-
-
-_MISSING = object()
-
-
-@dataclass
-class ScopedPatches:
-    """Attribute replacements that are all undone, newest first, when the scope ends."""
-
-    applied: list[tuple[Any, Any, Any]] = field(default_factory=list)
-
-    def replace(self, owner: Any, name: str, value: Any) -> None:
-        """Set ``owner.name`` to ``value`` until undone."""
-        # The raw class/module dict entry, so classmethods and inherited attributes restore exactly.
-        raw = vars(owner).get(name, _MISSING)
-        self.applied.append((owner, name, raw))
-        setattr(owner, name, value)
-
-    def replace_item(self, mapping: dict, key: Any, value: Any) -> None:
-        """Set ``mapping[key]`` (an entry of ``sys.modules``) until undone."""
-        self.applied.append((mapping, key, mapping.get(key, _MISSING)))
-        mapping[key] = value
-
-    def on_undo(self, callback: Callable[[], Any]) -> None:
-        """Run ``callback`` when the scope ends, in order with the restorations around it."""
-        self.applied.append((callback, None, None))
-
-    def undo(self) -> None:
-        while self.applied:
-            owner, name, raw = self.applied.pop()
-            if callable(owner) and name is None:
-                owner()
-            elif isinstance(owner, dict):
-                if raw is _MISSING:
-                    owner.pop(name, None)
-                else:
-                    owner[name] = raw
-            elif raw is _MISSING:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, raw)
+    """Return the torch release, or raise :class:`AuditEnvironmentError` for an untested one (the
+    fake-mps lowering patches private Inductor internals); ``SHIMKIT_SKIP_VERSION_CHECK=1`` makes it a
+    warning, as for every other version check (:mod:`shimkit._versions`)."""
+    try:
+        return check_release("torch", version or torch.__version__,
+                             what="shimkit audit (the fake-mps lowering patches private Inductor internals)")
+    except UnsupportedVersionError as error:
+        raise AuditEnvironmentError(str(error)) from None
 
 
 class RealValues:
@@ -405,18 +362,6 @@ def _device_guarded_methods_on_fake_mps(patches: ScopedPatches) -> None:
         patches.replace(fake_tensor_cls, name, method)
 
 
-def _importable_torchao_cshim(patches: ScopedPatches) -> None:
-    # MetalBackend.get_aoti_compile_options imports torchao's mps c-shim table, whose package loads a
-    # macOS dylib at import. Its ops are registered only by that dylib, so no model here can use them
-    # and an empty table is what the import would contribute.
-    try:
-        __import__(TORCHAO_MPS_CSHIM)
-    except (ImportError, RuntimeError, OSError):
-        stand_in = types.ModuleType(TORCHAO_MPS_CSHIM)
-        stand_in.torchao_op_c_shim = {}  # type: ignore[attr-defined]
-        patches.replace_item(sys.modules, TORCHAO_MPS_CSHIM, stand_in)
-
-
 @contextlib.contextmanager
 def fake_mps_lowering(backend_cls: type | None = None) -> Iterator[FakeMpsSession]:
     """Make ``backend_cls.preprocess`` (default: ``MetalBackend``) lower on fake mps tensors.
@@ -495,7 +440,7 @@ def fake_mps_lowering(backend_cls: type | None = None) -> Iterator[FakeMpsSessio
         _scaled_dot_product_attention_as_on_mps(patches)
         _uniform_constants_folded_on_cpu(patches, session.real_values)
         _device_guarded_methods_on_fake_mps(patches)
-        _importable_torchao_cshim(patches)
+        importable_torchao_mps_cshim(patches)
         yield session
     finally:
         patches.undo()

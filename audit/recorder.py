@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import torch
 
-from shimkit.audit.fake_mps import ScopedPatches
+from shimkit._patching import ScopedPatches
 
 C_SHIM = "c-shim"
 PROXY_EXECUTOR = "proxy-executor"

@@ -19,7 +19,8 @@ from typing import Any, Callable, Iterator
 import torch
 
 import shimkit.audit.numerics as numerics
-from shimkit.audit.fake_mps import ScopedPatches, fake_mps_lowering
+from shimkit._patching import ScopedPatches
+from shimkit.audit.fake_mps import fake_mps_lowering
 from shimkit.audit.numerics import NumericsReport
 from shimkit.audit.loader import LoadedModel
 from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder, graph_node

@@ -26,7 +26,7 @@ import gc
 import importlib
 from typing import Any
 
-from shimkit.audit.fake_mps import ScopedPatches
+from shimkit._patching import ScopedPatches
 
 
 def freeze_imported_heap() -> None:

@@ -20,7 +20,11 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import OutputKind, TensorArgument
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-__all__ = ["PassContext", "PassError", "PassResult", "ShimkitPass", "describe_node", "mark_stale"]
+__all__ = ["PROVENANCE_META", "PassContext", "PassError", "PassResult", "ShimkitPass", "describe_node", "mark_stale"]
+
+# What a node made by a pass inherits from the node it replaces or derives from, so errors, profiles
+# and the audit still point at the user's source line and module.
+PROVENANCE_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "from_node", "custom")
 
 
 class PassError(RuntimeError):
@@ -90,11 +94,17 @@ class ShimkitPass(PassBase):
 
     Subclasses set ``name`` (the registry and pipeline reports use it), may set
     ``requires_exported_program`` (``AotiBackend`` then passes the ``ExportedProgram``), and implement
-    :meth:`transform`.
+    :meth:`transform`. The pipeline protocol is declared here, once: ``idempotent`` (a second run on an
+    unchanged graph changes nothing, so a pipeline may skip it), ``after`` and ``before`` (names of
+    passes this one must follow or precede in a :class:`~shimkit.passes.Pipeline`). Foreign passes
+    may carry the same attributes.
     """
 
     name: ClassVar[str] = ""
     requires_exported_program: ClassVar[bool] = False
+    idempotent: ClassVar[bool] = True
+    after: ClassVar[tuple[str, ...]] = ()
+    before: ClassVar[tuple[str, ...]] = ()
 
     @property
     def pass_name(self) -> str:

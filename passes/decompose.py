@@ -33,14 +33,11 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
-from shimkit.passes.base import PassContext, PassError, ShimkitPass, describe_node
+from shimkit.passes.base import PROVENANCE_META, PassContext, PassError, ShimkitPass, describe_node
 from shimkit.passes.meta import argument_key, guards_since, shape_env_of
 from shimkit.passes.ops import aten_op, edge_op, is_edge, is_getitem
 from shimkit.registry.errors import DecompositionDeclined
 
-# Provenance a replacement inherits from the node it replaces, so errors and profiles still point at
-# the user's source line and module.
-_INHERITED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "from_node", "custom")
 
 
 DECLINED_META = "shimkit_declined"
@@ -214,7 +211,7 @@ class DecomposeInPlace(ShimkitPass):
     def _splice(self, graph: fx.Graph, node: fx.Node, template: _Template, inputs: list[fx.Node]) -> None:
         slots_by_output = self._output_slots(node, template)
         env: dict[fx.Node, Any] = dict(zip(template.placeholders, inputs))
-        inherited = {k: node.meta[k] for k in _INHERITED_META if k in node.meta}
+        inherited = {k: node.meta[k] for k in PROVENANCE_META if k in node.meta}
         inherited["original_aten"] = aten_op(node.target)
         absorbed = {result: slot for result, slot in slots_by_output.items() if result in template.absorbable}
         created: list[fx.Node] = []

@@ -1,7 +1,7 @@
 """The Inductor side: shimkit's post-grad passes as one ``post_grad_custom_post_pass``.
 
 Inductor's post-grad pattern pass re-fuses ``mm`` + bias into ``addmm`` after every graph-level
-rewrite (reference §5); ``post_grad_custom_post_pass`` runs after those patterns, so it is where an
+rewrite (docs/metal-aoti.md, "The mm + bias → addmm fusion"); ``post_grad_custom_post_pass`` runs after those patterns, so it is where an
 ``addmm`` the device cannot run is taken apart again. :class:`PostGradPipeline` runs the registry's
 ``stage="post_grad"`` passes there, in order; ``shimkit.backend.inductor_options(config)`` puts it in the
 AOTInductor options.

@@ -1,7 +1,7 @@
 """Decompose ``linear`` with bias where the device has no ``addmm`` shim.
 
 ``aten::linear`` with a 2-D input and a bias is ``addmm`` in ATen, and Inductor re-fuses ``mm`` plus a
-bias add into ``addmm`` after any graph-level rewrite (reference §5), so on a device without an addmm
+bias add into ``addmm`` after any graph-level rewrite (docs/metal-aoti.md, "The mm + bias → addmm fusion"), so on a device without an addmm
 shim a backend would record ``aoti_torch_mps_addmm_out``. Upstream's ``DecomposeLinearPass`` dodges
 the fusion by unsqueezing 2-D inputs to 3-D, which Inductor folds away again at batch 1; the
 Parakeet export wrote a custom decomposition to avoid both addmm and a 0-stride view of the bias.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import fx
 
-from shimkit.passes.base import PassContext, PassError, ShimkitPass
+from shimkit.passes.base import PROVENANCE_META, PassContext, PassError, ShimkitPass
 from shimkit.passes.meta import ValueComputer, argument_values, fake_mode_of
 from shimkit.passes.ops import aten_op, like
 
@@ -69,7 +69,7 @@ class DecomposeLinear(ShimkitPass):
     def _create(self, graph: fx.Graph, origin: fx.Node, target, args, name: str, computer: ValueComputer,
                 is_view: bool = False) -> fx.Node:
         new = graph.create_node("call_function", target, args, {}, name=name)
-        for key in ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node", "custom"):
+        for key in PROVENANCE_META:
             if key in origin.meta:
                 new.meta[key] = origin.meta[key]
         self._set_value(new, computer, is_view)

@@ -270,8 +270,9 @@ class Pipeline(ShimkitPass):
 
 
 def _idempotent(item: Any) -> bool:
-    """Shimkit passes are idempotent unless they say otherwise; other passes are not assumed to be."""
-    return getattr(item, "idempotent", isinstance(item, ShimkitPass))
+    """Shimkit passes say so (:class:`ShimkitPass` declares ``idempotent``); a foreign pass is not
+    assumed to be unless it carries the same attribute."""
+    return bool(getattr(item, "idempotent", False))
 
 
 def _fingerprint(graph: fx.Graph) -> tuple:

@@ -3,7 +3,7 @@
 Inductor turns a view into index arithmetic, but a ``*_copy`` op without a C shim becomes a
 proxy-executor fallback (``aten::split_copy.Tensor``), which ExecuTorch's AOTI runtime cannot run.
 Upstream's ``ReplaceViewCopyWithViewPass`` converts slice, select and split and checks only direct
-users; this pass converts the whole family of reference §6 and skips a node where the view would change
+users; this pass converts the whole family of docs/metal-aoti.md, "The view_copy family" and skips a node where the view would change
 meaning or be impossible:
 
 * its result, its base or any other alias of the base is written after it (an in-place op, a
@@ -14,7 +14,7 @@ meaning or be impossible:
   on a non-contiguous tensor, ``view.dtype`` without last-dim stride 1, ``view_as_complex``;
 * it is ``as_strided``, which indexes storage, and its input is not a fresh contiguous tensor;
 * its result would not be dense and feeds an op that needs dense input (a C shim such as Metal's
-  ``bmm``, which reads buffers as dense from offset 0: reference §4).
+  ``bmm``, which reads buffers as dense from offset 0: docs/metal-aoti.md, "Anatomy of a Metal op").
 
 ``meta["val"]`` of converted nodes, their ``getitem`` users and anything downstream whose layout
 changes is recomputed.
@@ -36,7 +36,7 @@ from shimkit.passes.ops import (aten_op, is_getitem, like, may_write, returns_al
 
 aten = torch.ops.aten
 
-# (copy op, view op) pairs of reference §6; the schemas must agree argument for argument.
+# (copy op, view op) pairs of docs/metal-aoti.md, "The view_copy family"; the schemas must agree argument for argument.
 _FAMILY = (
     (aten.slice_copy.Tensor, aten.slice.Tensor),
     (aten.select_copy.int, aten.select.int),
@@ -74,7 +74,7 @@ for _copy, _view in _FAMILY:
                           f"arguments in torch {torch.__version__}; the pair cannot be swapped in place")
 
 VIEW_OF_COPY: dict[torch._ops.OpOverload, torch._ops.OpOverload] = dict(_FAMILY)
-"""Each view-copy op of reference §6 and the view op it becomes."""
+"""Each view-copy op of docs/metal-aoti.md, "The view_copy family" and the view op it becomes."""
 
 _MULTI_OUTPUT = {aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int}
 _NEVER = math.inf

@@ -1,7 +1,7 @@
 """``aten::addmm``: ``beta * self + alpha * (mat1 @ mat2)``.
 
 Inductor emits ``aoti_torch_mps_addmm_out`` both for ``addmm`` in the graph and for its own
-``mm + bias`` re-fusion (reference §5). Where a device has no addmm shim the decomposition below is
+``mm + bias`` re-fusion (docs/metal-aoti.md, "The mm + bias → addmm fusion"). Where a device has no addmm shim the decomposition below is
 applied instead. Its rules, shared with the kernel and with ``baddbmm``:
 
 * half and bfloat16 are computed in float32 (the product accumulates in float32, then

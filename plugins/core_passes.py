@@ -14,7 +14,7 @@ from shimkit.registry import PassSpec, hookimpl
 
 
 def _view_copy_to_view(capabilities):
-    # A strided view handed to a C shim is read as dense from offset 0 (reference §4): keep the copy.
+    # A strided view handed to a C shim is read as dense from offset 0 (docs/metal-aoti.md, "Anatomy of a Metal op"): keep the copy.
     return ReplaceViewCopyWithView(needs_dense_input=capabilities.has_shim)
 
 

@@ -3,7 +3,7 @@
 ``to_edge`` turns every view into its functional ``*_copy`` twin; several have no c-shim and would fall
 back to the proxy executor, which the libtorch-free runtime lacks (``aten::split_copy.Tensor`` in the
 seed). Each has a view op with the same signature, which Inductor generates code for, so no kernel is
-needed: the pass swaps the target wherever aliasing is safe (reference §6). The ops covered are
+needed: the pass swaps the target wherever aliasing is safe (docs/metal-aoti.md, "The view_copy family"). The ops covered are
 exactly the pass's table, so the two cannot drift apart.
 """
 

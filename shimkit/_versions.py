@@ -26,6 +26,25 @@ def _release(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
 
 
+def check_release(dist: str, version: str, *, what: str = "shimkit") -> str:
+    """The ``major.minor`` release of ``version``, checked against ``dist``'s tested releases:
+    refused with :class:`UnsupportedVersionError` naming ``what`` needs it, or only warned about under
+    ``SHIMKIT_SKIP_VERSION_CHECK=1`` (the one policy every check follows)."""
+    releases, pinned = SUPPORTED[dist]
+    release = _release(version)
+    if release not in releases:
+        _refuse(f"{what}: {dist} {version} is not supported; shimkit is tested with {dist} "
+                f"{' or '.join(r + '.x' for r in releases)} (CI pins {dist}=={pinned})")
+    return release
+
+
+def _refuse(message: str) -> None:
+    if os.environ.get("SHIMKIT_SKIP_VERSION_CHECK") == "1":
+        warnings.warn(message + " (continuing: SHIMKIT_SKIP_VERSION_CHECK=1)", stacklevel=3)
+    else:
+        raise UnsupportedVersionError(message + ". Set SHIMKIT_SKIP_VERSION_CHECK=1 to try anyway.")
+
+
 def check_versions() -> dict[str, str]:
     """Return the installed versions, raising :class:`UnsupportedVersionError` for untested ones."""
     found: dict[str, str] = {}
@@ -43,11 +62,5 @@ def check_versions() -> dict[str, str]:
                 f"{' or '.join(r + '.x' for r in releases)} (CI pins {dist}=={pinned})"
             )
     if problems:
-        message = "shimkit: " + "; ".join(problems)
-        if os.environ.get("SHIMKIT_SKIP_VERSION_CHECK") == "1":
-            warnings.warn(message + " (continuing: SHIMKIT_SKIP_VERSION_CHECK=1)", stacklevel=2)
-        else:
-            raise UnsupportedVersionError(
-                message + ". Set SHIMKIT_SKIP_VERSION_CHECK=1 to try anyway."
-            )
+        _refuse("shimkit: " + "; ".join(problems))
     return found

@@ -17,10 +17,9 @@ the block is active.
 from __future__ import annotations
 
 import contextlib
-import sys
-import types
 from typing import Any, Iterator
 
+from shimkit._patching import ScopedPatches, importable_torchao_mps_cshim
 from shimkit.backend import backend_config, inductor_options
 from shimkit.registry import BackendConfig
 
@@ -30,39 +29,12 @@ PATCHED = (
     "get_custom_passes",
     "get_aoti_compile_options",
 )
-_TORCHAO_MPS_CSHIM = "torchao.experimental.ops.mps.cshim"
 
 
 def device_of(backend_cls: type) -> str:
     """The registry device for an AOTI backend class (``MetalBackend`` compiles for ``mps``)."""
     name = backend_cls.get_device_name()
     return "mps" if name == "metal" else name
-
-
-@contextlib.contextmanager
-def _importable_torchao_mps_cshim() -> Iterator[None]:
-    """Let upstream's option builder import torchao's mps c-shim table off macOS.
-
-    The module loads torchao's macOS dylib at import; where that fails, an empty table stands in for
-    the call (the registry supplies the c-shims that matter), and the stand-in is removed afterwards.
-    """
-    try:
-        __import__(_TORCHAO_MPS_CSHIM)
-        yield
-        return
-    except (ImportError, RuntimeError, OSError):
-        pass
-    stand_in = types.ModuleType(_TORCHAO_MPS_CSHIM)
-    stand_in.torchao_op_c_shim = {}  # type: ignore[attr-defined]
-    previous = sys.modules.get(_TORCHAO_MPS_CSHIM)
-    sys.modules[_TORCHAO_MPS_CSHIM] = stand_in
-    try:
-        yield
-    finally:
-        if previous is None:
-            sys.modules.pop(_TORCHAO_MPS_CSHIM, None)
-        else:
-            sys.modules[_TORCHAO_MPS_CSHIM] = previous
 
 
 def _replacements(backend_cls: type, config: BackendConfig) -> dict[str, Any]:
@@ -78,8 +50,12 @@ def _replacements(backend_cls: type, config: BackendConfig) -> dict[str, Any]:
         return list(config.passes)
 
     def get_aoti_compile_options(cls, compile_specs):
-        with _importable_torchao_mps_cshim():
+        patches = ScopedPatches()
+        try:
+            importable_torchao_mps_cshim(patches)
             options = dict(original_options(compile_specs))
+        finally:
+            patches.undo()
         options.pop("aot_inductor.custom_ops_to_c_shims", None)
         options.update(inductor_options(config))
         return options
@@ -98,20 +74,13 @@ class Installation:
     def __init__(self, backend_cls: type, config: BackendConfig) -> None:
         self.backend_cls = backend_cls
         self.config = config
-        replacements = _replacements(backend_cls, config)
-        self._saved = {name: backend_cls.__dict__.get(name) for name in replacements}
-        for name, replacement in replacements.items():
-            setattr(backend_cls, name, replacement)
+        self._patches = ScopedPatches()
+        for name, replacement in _replacements(backend_cls, config).items():
+            self._patches.replace(backend_cls, name, replacement)
         self.active = True
 
     def undo(self) -> None:
-        if not self.active:
-            return
-        for name, saved in self._saved.items():
-            if saved is None:
-                delattr(self.backend_cls, name)
-            else:
-                setattr(self.backend_cls, name, saved)
+        self._patches.undo()
         self.active = False
 
 

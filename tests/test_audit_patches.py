@@ -15,7 +15,7 @@ from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
 from torch._inductor.fx_passes.joint_graph import UniformValueConstantFolder
 
 from shimkit.audit import audit_loaded, fake_mps_lowering, load_model
-from shimkit.audit.fake_mps import TORCHAO_MPS_CSHIM
+from shimkit._patching import TORCHAO_MPS_CSHIM
 
 MISSING = object()
 SDPA_NAME = "aten::scaled_dot_product_attention"

@@ -16,7 +16,7 @@ import torch.export.decomp_utils as decomp_utils
 import torch.export.exported_program as exported_program
 
 from shimkit.audit import run_audit, to_json
-from shimkit.audit.fake_mps import ScopedPatches
+from shimkit._patching import ScopedPatches
 from shimkit.audit.speed import cia_ops_materialized_once
 from shimkit.audit.zoo import ZOO
 from shimkit.backend import new_registry

@@ -1,4 +1,4 @@
-"""ReplaceViewCopyWithView: properties on generated graphs, and each hazard of reference §6."""
+"""ReplaceViewCopyWithView: properties on generated graphs, and each hazard of docs/metal-aoti.md, "The view_copy family"."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 ALL_DTYPES = FLOAT_DTYPES + INT_DTYPES + (torch.bool,)
 
-# What each device's runtime can hold. MPS has no 64-bit floats (reference §2: the Metal backend
+# What each device's runtime can hold. MPS has no 64-bit floats (docs/metal-aoti.md, "Which name inductor records": the Metal backend
 # rejects float64 at lowering), "cpu" is the eager reference and holds everything.
 DEVICE_DTYPES = {
     "cpu": ALL_DTYPES,
