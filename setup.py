@@ -1,7 +1,7 @@
 """Build and install shimkit.
 
 The top-level folders are the architecture (``registry/``, ``passes/``, ``plugins/``, ``audit/``,
-``csrc/``); this file maps each onto the one import namespace ``shimkit`` and compiles the pybind11
+``csrc/``, ``testing/``); this file maps each onto the one import namespace ``shimkit`` and compiles the pybind11
 extension ``shimkit._C`` from the portable sources in ``csrc/``. Objective-C++ (Metal) sources are
 compiled only on macOS.
 """
@@ -22,6 +22,7 @@ NAMESPACE_MAP = {
     "plugins": "shimkit.plugins",
     "audit": "shimkit.audit",
     "csrc": "shimkit.csrc",
+    "testing": "shimkit.testing",
 }
 
 
