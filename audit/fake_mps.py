@@ -363,7 +363,7 @@ def _device_guarded_methods_on_fake_mps(patches: ScopedPatches) -> None:
 
 
 @contextlib.contextmanager
-def fake_mps_lowering(backend_cls: type | None = None) -> Iterator[FakeMpsSession]:
+def fake_mps_lowering(backend_cls: Any | None = None) -> Iterator[FakeMpsSession]:
     """Make ``backend_cls.preprocess`` (default: ``MetalBackend``) lower on fake mps tensors.
 
     Inside the block, ``to_edge_transform_and_lower`` with the Metal partitioner runs export-side
@@ -379,7 +379,9 @@ def fake_mps_lowering(backend_cls: type | None = None) -> Iterator[FakeMpsSessio
     from torch._inductor.runtime.hints import DeviceProperties
 
     if backend_cls is None:
-        from executorch.backends.apple.metal.metal_backend import MetalBackend as backend_cls
+        from executorch.backends.apple.metal.metal_backend import MetalBackend
+
+        backend_cls = MetalBackend
 
     patches = ScopedPatches()
     session = FakeMpsSession(patches, RealValues(), tempfile.mkdtemp(prefix="shimkit-audit-"))

@@ -215,7 +215,8 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[fx.GraphModul
 def _compare(sizes: dict[str, int], actual: list[Any], expected: list[Any]) -> NumericsCheck:
     if len(actual) != len(expected):
         return NumericsCheck(sizes, [], False, f"{len(actual)} outputs, eager has {len(expected)}")
-    errors, ok, problem = [], True, None
+    errors: list[float] = []
+    ok, problem = True, None
     for index, (got, want) in enumerate(zip(actual, expected)):
         if not isinstance(want, torch.Tensor):
             continue

@@ -13,6 +13,7 @@ import contextlib
 import os
 import re
 import sys
+from types import FrameType
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -97,7 +98,7 @@ def _current_ir_node() -> Any:
     """
     from torch._inductor import ir
 
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         owner = frame.f_locals.get("self")
         if isinstance(owner, ir.ExternKernel):

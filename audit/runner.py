@@ -111,7 +111,7 @@ class _LoweringWatch:
     current_phase: str = "to_edge"
 
 
-def _watch_lowering(patches: ScopedPatches, backend_cls: type, clock: _PhaseClock,
+def _watch_lowering(patches: ScopedPatches, backend_cls: Any, clock: _PhaseClock,
                     audit: ModelAudit, watch: _LoweringWatch,
                     to_inductor: Callable[[Any], None] | None = None) -> None:
     """Time the phases, keep upstream's missing-kernel error per partition, and note the FX node
@@ -182,8 +182,8 @@ def _describe_failure(error: BaseException, watch: _LoweringWatch) -> Failure:
     text = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
     message = f"{type(error).__name__}: {text}"
     chain = [error]
-    while chain[-1].__cause__ is not None or chain[-1].__context__ is not None:
-        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    while (cause := chain[-1].__cause__ or chain[-1].__context__) is not None:
+        chain.append(cause)
     real_work = any(_REAL_WORK_ON_FAKE_DEVICE.search(str(e)) for e in chain)
     node = op = None
     fx_node = next((getattr(e, _FAILING_NODE) for e in chain if hasattr(e, _FAILING_NODE)), None)

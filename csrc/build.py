@@ -136,10 +136,10 @@ def compile_shared_library(stem: str, sources: Sequence[str | os.PathLike], *,
     link += [f"-l{lib}" for lib in libraries]
 
     digest = hashlib.sha256("\0".join(command + sources + link).encode())
-    for path in sorted(sources) + sorted(str(h) for h in INCLUDE_DIR.rglob("*.h")):
-        digest.update(Path(path).read_bytes())
-    for path in sorted(Path(s).parent for s in sources):
-        for header in sorted(path.glob("*.h")):
+    for source in sorted(sources) + sorted(str(h) for h in INCLUDE_DIR.rglob("*.h")):
+        digest.update(Path(source).read_bytes())
+    for folder in sorted(Path(s).parent for s in sources):
+        for header in sorted(folder.glob("*.h")):
             digest.update(header.read_bytes())
     output = build_dir() / f"{stem}-{digest.hexdigest()[:16]}" / f"{stem}{suffix}"
     if output.exists():

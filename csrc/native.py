@@ -18,9 +18,7 @@ from types import ModuleType
 def native() -> ModuleType:
     override = os.environ.get("SHIMKIT_NATIVE_MODULE")
     if not override:
-        from shimkit import _C
-
-        return _C
+        return importlib.import_module("shimkit._C")
     # The init function is found by the last name component, so it must stay "_C".
     loader = importlib.machinery.ExtensionFileLoader("shimkit_native_override._C", override)
     spec = importlib.util.spec_from_file_location("shimkit_native_override._C", override, loader=loader)

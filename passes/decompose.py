@@ -151,6 +151,7 @@ class DecomposeInPlace(ShimkitPass):
         try:
             template = self._template(graph, node, op, leaves, spec, slots, inputs)
         except DecompositionDeclined as declined:
+            assert op is not None  # targets are the table's ops
             node.meta[DECLINED_META] = declined.reason
             collected = _declines.get()
             if collected is not None:

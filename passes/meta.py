@@ -156,6 +156,8 @@ class ValueComputer:
     def _run(self, target: Any, args: tuple, kwargs: dict, is_view: bool) -> Any:
         if is_view and _is_static(layout(args[0])):
             op = aten_op(target)
+            if op is None:
+                raise TypeError(f"{target} is not an ATen view op")
             source = args[0]
             meta_args = (_meta_tensor(source.shape, source.stride(), source.storage_offset(), source.dtype),
                          *args[1:])

@@ -146,7 +146,7 @@ class Pipeline(ShimkitPass):
         return any(getattr(p, "requires_exported_program", False) for _, p in self.passes)
 
     @property
-    def idempotent(self) -> bool:
+    def idempotent(self) -> bool:  # type: ignore[override]  # idempotent when every pass in it is
         return all(_idempotent(p) for _, p in self.passes)
 
     @property

@@ -247,7 +247,7 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
     decomposition_table = {}
     for op, provision in decompositions.items():
         overload = try_resolve_op(op)
-        if op not in shims and overload is not None:
+        if op not in shims and overload is not None and provision.decomposition is not None:
             decomposition_table[overload] = declining_as_not_implemented(provision.decomposition)
     custom_c_shims = {}
     for op, provision in shims.items():
@@ -259,8 +259,8 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
     pass_entries = [p for p in registry.pass_specs() if p.record.applies_to(device)]
     _check_unique_names(pass_entries, "passes")
     built: dict[str, list[tuple[str, Any]]] = {"graph": [], "post_grad": []}
-    for entry in _order_passes(pass_entries):
-        spec = entry.record
+    for pass_entry in _order_passes(pass_entries):
+        spec = pass_entry.record
         built[spec.stage].append((spec.name, spec.factory(capabilities)))
 
     sources = tuple(dict.fromkeys(s for p in shims.values() for s in _shim(p).sources))

@@ -46,6 +46,7 @@ def shimkit_op_plugins() -> Iterable[OpPlugin]:
                 doc="cumsum as a triangular matmul, for devices without a cumsum shim.",
             )
     """
+    return ()
 
 
 @hookspec
@@ -66,3 +67,4 @@ def shimkit_passes() -> Iterable[PassSpec]:
                 after=("view_copy_to_view",),
             )
     """
+    return ()

@@ -25,11 +25,13 @@ every later registration under one lock.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import threading
 import time
 import traceback
+import types
 import warnings
 from dataclasses import dataclass
 from importlib import metadata
@@ -175,19 +177,28 @@ class PluginRegistry:
 
     def _add(self, plugin: Any, name: str, source: PluginSource) -> None:
         """Register with pluggy, refusing hooks shimkit does not define (pluggy's ``check_pending``:
-        a misspelt hook would otherwise be silently ignored), and make each of the plugin's hook
-        implementations report its own failures. Raises on any problem, leaving nothing registered."""
-        self._manager.register(plugin, name=name)  # pluggy checks signatures of known hooks here
+        a misspelt hook would otherwise be silently ignored). What pluggy registers is a stand-in
+        whose hook implementations report their own failures (:meth:`_attributed`), with the
+        plugin's markers (``tryfirst``, ``wrapper`` ...) and signatures. Raises on any problem,
+        leaving nothing registered."""
+        self._manager.register(self._attributing_stand_in(plugin, source), name=name)
         try:
             self._manager.check_pending()
         except pluggy.PluginValidationError as error:
             self._manager.unregister(name=name)
             raise InvalidPluginRecord(f"{error} (shimkit defines shimkit_op_plugins and shimkit_passes)") from None
-        for caller in self._manager.get_hookcallers(plugin) or ():
-            record_type = _RECORD_TYPES[caller.name]
-            for impl in caller.get_hookimpls():
-                if impl.plugin is plugin and not (impl.wrapper or impl.hookwrapper):
-                    impl.function = self._attributed(impl.function, caller.name, record_type, source)
+
+    def _attributing_stand_in(self, plugin: Any, source: PluginSource) -> Any:
+        stand_in = types.SimpleNamespace(__name__=getattr(plugin, "__name__", type(plugin).__name__))
+        for attribute in dir(plugin):
+            function = getattr(plugin, attribute, None)
+            options = getattr(function, f"{hookspecs.PROJECT}_impl", None)
+            if options is None or not callable(function):
+                continue
+            if attribute in _RECORD_TYPES and not (options.get("wrapper") or options.get("hookwrapper")):
+                function = self._attributed(function, attribute, _RECORD_TYPES[attribute], source)
+            setattr(stand_in, attribute, function)
+        return stand_in
 
     def _attributed(self, function: Callable[[], Any], hook_name: str, record_type: type,
                     source: PluginSource) -> Callable[[], Any]:
@@ -195,6 +206,7 @@ class PluginRegistry:
         as this plugin's, and any failure reported against this plugin (the hook then contributes
         nothing, and the other plugins' implementations still run) — as conda does inside pluggy's
         hook execution."""
+        @functools.wraps(function)  # keeps the hookimpl marker and the signature pluggy checks
         def attributed() -> list[Any] | None:
             try:
                 produced = function()
@@ -285,7 +297,7 @@ class PluginRegistry:
         """Call a hook through pluggy, so ``tryfirst``/``trylast`` and wrappers behave as in pluggy
         and pytest: records come in pluggy's call order (later registrations first, ``tryfirst``
         before, ``trylast`` after), each with the plugin that produced it."""
-        self._origins: dict[int, tuple[Any, PluginSource]] = {}
+        self._origins = {}
         collected = []
         for records in hook():
             for record in records:

@@ -31,13 +31,13 @@ PATCHED = (
 )
 
 
-def device_of(backend_cls: type) -> str:
+def device_of(backend_cls: Any) -> str:
     """The registry device for an AOTI backend class (``MetalBackend`` compiles for ``mps``)."""
     name = backend_cls.get_device_name()
     return "mps" if name == "metal" else name
 
 
-def _replacements(backend_cls: type, config: BackendConfig) -> dict[str, Any]:
+def _replacements(backend_cls: Any, config: BackendConfig) -> dict[str, Any]:
     original_options = backend_cls.get_aoti_compile_options
 
     def get_supported_fallback_kernels(cls):

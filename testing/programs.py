@@ -241,7 +241,7 @@ class _Drawing:
             else:
                 return False
         args, kwargs = self.draw(spec.arguments(self_value.meta if self_value else None))
-        avoid = self_value.base if spec.mutates_self else None  # in-place ops refuse aliased operands
+        avoid = self_value.base if spec.mutates_self and self_value is not None else None  # in-place ops refuse aliased operands
         chosen: list[_Value] = [self_value] if self_value else []
 
         def resolve(item):

@@ -273,11 +273,11 @@ class _OpCall(torch.nn.Module):
     def __init__(self, op: Callable, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         super().__init__()
         self.op, self.args, self.kwargs = op, list(args), dict(kwargs)
-        self.slots = [i for i, a in enumerate(self.args) if isinstance(a, torch.Tensor)]
-        self.keyword_slots = [k for k, v in self.kwargs.items() if isinstance(v, torch.Tensor)]
+        self.slots: list[int | str] = [i for i, a in enumerate(self.args) if isinstance(a, torch.Tensor)]
+        self.keyword_slots: list[int | str] = [k for k, v in self.kwargs.items() if isinstance(v, torch.Tensor)]
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
-        return (*(self.args[i] for i in self.slots), *(self.kwargs[k] for k in self.keyword_slots))
+        return tuple(self.args[s] if isinstance(s, int) else self.kwargs[s] for s in self.slots + self.keyword_slots)
 
     def call_with(self, tensors: Sequence[torch.Tensor]) -> tuple[list[Any], dict[str, Any]]:
         args, kwargs = list(self.args), dict(self.kwargs)
