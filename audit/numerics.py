@@ -93,16 +93,28 @@ def _attribute(module: torch.nn.Module, target: str) -> Any:
 
 
 def dynamic_dimensions(exported: torch.export.ExportedProgram) -> dict[sympy.Symbol, tuple[str, int]]:
-    """Each dynamic dimension of the program's inputs: where it first appears (``x.shape[1]``) and
-    its example value."""
+    """Each symbol behind the program's input sizes: where it first appears (``x.shape[1]``, or
+    ``s0 in x.shape[0] = 2*s0`` for a derived size) and its example value."""
     found: dict[sympy.Symbol, tuple[str, int]] = {}
     for node in exported.graph.find_nodes(op="placeholder"):
         value = node.meta.get("val")
-        if isinstance(value, torch.Tensor):
-            for dim, size in enumerate(value.shape):
-                if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
-                    found.setdefault(size.node.expr, (f"{node.name}.shape[{dim}]", size.node.hint))
+        if not isinstance(value, torch.Tensor):
+            continue
+        for dim, size in enumerate(value.shape):
+            if not isinstance(size, torch.SymInt):
+                continue
+            expr, hints = size.node.expr, _example_values(size.node.shape_env)
+            for symbol in sorted(expr.free_symbols, key=str):
+                where = (f"{node.name}.shape[{dim}]" if expr == symbol
+                         else f"{symbol} in {node.name}.shape[{dim}] = {expr}")
+                found.setdefault(symbol, (where, int(hints[symbol])))
     return found
+
+
+def _example_values(shape_env: Any) -> Any:
+    # torch 2.13 keeps the example values of backed symbols as ``backed_var_to_val``, earlier
+    # releases as ``var_to_val``.
+    return getattr(shape_env, "backed_var_to_val", None) or shape_env.var_to_val
 
 
 def size_plans(exported: torch.export.ExportedProgram) -> list[dict[sympy.Symbol, int]]:

@@ -31,7 +31,7 @@ def exit_code(run: AuditRun) -> int:
     if run.interrupted:
         return EXIT_INTERRUPTED
     statuses = {m.status for m in run.models}
-    if statuses & {"limitation", "error"}:
+    if statuses & {"limitation", "error", "unchecked"}:
         return EXIT_INCOMPLETE
     return EXIT_MISSING if statuses & {"missing", "wrong"} else EXIT_CLEAN
 
@@ -172,7 +172,7 @@ def _version(distribution: str) -> str | None:
 def to_json(run: AuditRun) -> dict[str, Any]:
     models = [_model_json(m, run) for m in run.models]
     counts = {status: sum(m["status"] == status for m in models)
-              for status in ("clean", "missing", "wrong", "limitation", "error", "interrupted")}
+              for status in ("clean", "missing", "wrong", "unchecked", "limitation", "error", "interrupted")}
     code = exit_code(run)
     return {
         "schema_version": SCHEMA_VERSION,
@@ -268,7 +268,8 @@ def render_table(document: dict[str, Any]) -> str:
     mode = "shimkit plugins" if document["plugins"] else "stock upstream (--no-plugins)"
     out.append("")
     out.append(f"{summary['models']} models with {mode}: {summary['clean']} clean, {summary['missing']} "
-               f"missing kernels, {summary['wrong']} wrong numbers, {summary['limitation']} audit limitations, "
+               f"missing kernels, {summary['wrong']} wrong numbers, {summary['unchecked']} numerics unchecked, "
+               f"{summary['limitation']} audit limitations, "
                f"{summary['error']} errors")
     if summary["missing_kernels"]:
         out.append(f"missing: {', '.join(summary['missing_kernels'])}")

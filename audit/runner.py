@@ -76,6 +76,8 @@ class ModelAudit:
             return self.failure.kind
         if self.missing:
             return "missing"
+        if self.numerics is not None and self.numerics.unavailable:
+            return "unchecked"
         return "wrong" if self.numerics is not None and not self.numerics.ok else "clean"
 
 
@@ -239,6 +241,7 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
             exported = export_model(loaded)
         watch.current_phase = "to_edge"
         delegates: list[torch.fx.GraphModule] = []
+        unavailable: list[str] = []
         with contextlib.ExitStack() as scope:
             if config is not None:
                 from shimkit.integration import registry_backend
@@ -250,7 +253,11 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
             patches = ScopedPatches()
             scope.callback(patches.undo)
             def to_inductor(module: Any) -> None:
-                delegates.append(numerics.cpu_copy(module, session.real_values.find))
+                try:
+                    delegates.append(numerics.cpu_copy(module, session.real_values.find))
+                except Exception as error:  # the check cannot run; the lowering must go on regardless
+                    unavailable.append(f"copying the program handed to Inductor failed: "
+                                       f"{type(error).__name__}: {error}")
 
             _watch_lowering(patches, MetalBackend, clock, audit, watch, to_inductor if check_numerics else None)
             audit.supported = frozenset(MetalBackend.get_supported_fallback_kernels())
@@ -265,8 +272,13 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
     if check_numerics:
         eager = loaded.model if loaded.exported is None else exported.module()
         with clock.phase("numerics"):
-            audit.numerics = numerics.compare(lowered.exported_program(), delegates, eager, exported,
-                                              tuple(loaded.example_inputs or exported.example_inputs[0]))
+            try:
+                if unavailable:
+                    raise numerics.NumericsUnavailable(unavailable[0])
+                audit.numerics = numerics.compare(lowered.exported_program(), delegates, eager, exported,
+                                                  tuple(loaded.example_inputs or exported.example_inputs[0]))
+            except Exception as error:  # the check could not run: said so, never a crash of the audit
+                audit.numerics = NumericsReport(unavailable=f"{type(error).__name__}: {error}"[:500])
 
 
 class _LoweringLeftovers:

@@ -87,3 +87,46 @@ def test_size_plans_cover_bounds_and_the_next_size(dims, expected):
     program = export(Scan(), (torch.randn(2, 16), torch.randn(3)), dynamic_shapes=(dims, None))
     plans = [{"x": value for value in plan.values()} for plan in size_plans(program)]
     assert plans == expected
+
+
+class Doubled(torch.nn.Module):
+    """Its input's dynamic size is 2 * s: a derived size, varied through its symbol."""
+
+    def forward(self, x):
+        return torch.cumsum(x.reshape(-1, 2), 0)
+
+
+def doubled_factory():
+    return Doubled(), (torch.randn(8),), ({0: 2 * Dim("half", min=2, max=16)},)
+
+
+def result_of(audit):
+    from shimkit.audit.runner import AuditRun
+
+    return AuditRun([audit], True, new_registry(env=CLEAN_ENV), None)
+
+
+def test_derived_dynamic_sizes_are_varied_through_their_symbol():
+    from shimkit.audit.loader import LoadedModel
+    from shimkit.audit.runner import audit_loaded
+
+    model, inputs, shapes = doubled_factory()
+    audit = audit_loaded(LoadedModel("doubled", model=model, example_inputs=inputs, dynamic_shapes=shapes),
+                         config=new_registry(env=CLEAN_ENV).backend_config("mps"), check_numerics=True)
+    checks = audit.numerics.checks
+    assert [list(c.sizes.values()) for c in checks] == [[4], [2], [16], [5]]
+    assert all(c.ok for c in checks) and "x.shape[0] = 2*" in next(iter(checks[0].sizes))
+
+
+def test_a_program_the_check_cannot_copy_is_reported_unavailable_and_the_audit_goes_on(monkeypatch):
+    import shimkit.audit.numerics as numerics
+
+    def refuse(module, real_value):
+        raise numerics.NumericsUnavailable("no real value is known for p_fc_weight")
+
+    monkeypatch.setattr(numerics, "cpu_copy", refuse)
+    audit = run_audit(["seed_split_linear"], registry=new_registry(env=CLEAN_ENV), check_numerics=True).models[0]
+    assert audit.failure is None and not audit.missing
+    assert "no real value is known for p_fc_weight" in audit.numerics.unavailable
+    assert audit.status == "unchecked"  # unproven numbers are not clean, nor known wrong
+    assert to_json(result_of(audit))["exit_code"] == 2

@@ -94,7 +94,8 @@ def test_blocked_plugin_is_named_as_the_fix():
 
 
 TOP = {"schema_version", "tool", "versions", "backend", "device", "plugins", "status", "exit_code", "summary", "models"}
-SUMMARY = {"models", "clean", "missing", "wrong", "limitation", "error", "interrupted", "missing_kernels"}
+SUMMARY = {"models", "clean", "missing", "wrong", "unchecked", "limitation", "error", "interrupted",
+           "missing_kernels"}
 MODEL = {"name", "status", "partitions", "kernels", "missing", "upstream_errors", "failure", "timings_s",
          "numerics", "declines"}
 KERNEL = {"name", "mechanism", "op", "status", "provider", "nodes", "fixes"}
