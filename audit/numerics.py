@@ -26,7 +26,8 @@ import sympy
 import torch
 from torch import fx
 from torch.utils import _pytree as pytree
-from torch.utils._sympy.numbers import int_oo
+
+from shimkit.passes.meta import finite_bound
 
 CPU = torch.device("cpu")
 # Largest absolute error allowed relative to the output's magnitude: the graph sums and multiplies
@@ -124,27 +125,22 @@ def size_plans(exported: torch.export.ExportedProgram) -> list[dict[sympy.Symbol
     plans = [dict(hints)]
     if not hints:
         return plans
-    ranges = {symbol: exported.range_constraints.get(symbol) for symbol in hints}
+    # (lowest, highest or None): without a recorded range the example is the lowest value known.
+    limits = {}
+    for symbol, hint in hints.items():
+        ranges = exported.range_constraints.get(symbol)
+        low = hint if ranges is None else finite_bound(ranges.lower)
+        limits[symbol] = (0 if low is None else low, None if ranges is None else finite_bound(ranges.upper))
 
-    def bounded(symbol: sympy.Symbol, value: int) -> int:
-        limits = ranges[symbol]
-        if limits is None:
-            return value
-        low = int(limits.lower) if limits.lower not in (-int_oo, -sympy.oo) else 0
-        high = None if limits.upper in (int_oo, sympy.oo) else int(limits.upper)
+    def clamped(symbol: sympy.Symbol, value: int) -> int:
+        low, high = limits[symbol]
         return max(low, value if high is None else min(high, value))
 
-    for pick in ("lower", "upper", "next"):
-        plan = {}
-        for symbol, hint in hints.items():
-            limits = ranges[symbol]
-            if pick == "next":
-                plan[symbol] = bounded(symbol, hint + 1)
-            elif pick == "lower":
-                plan[symbol] = bounded(symbol, int(limits.lower) if limits is not None else hint)
-            else:
-                finite = limits is not None and limits.upper not in (int_oo, sympy.oo)
-                plan[symbol] = int(limits.upper) if finite else 2 * hint + 1
+    picks = (lambda symbol, hint: limits[symbol][0],
+             lambda symbol, hint: 2 * hint + 1 if limits[symbol][1] is None else limits[symbol][1],
+             lambda symbol, hint: clamped(symbol, hint + 1))
+    for pick in picks:
+        plan = {symbol: pick(symbol, hint) for symbol, hint in hints.items()}
         if plan not in plans:
             plans.append(plan)
     return plans

@@ -18,10 +18,10 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-import shimkit.audit.numerics as numerics
+import shimkit.audit.numerics as numerics_check  # called through the module: tests replace its functions
 from shimkit._patching import ScopedPatches
 from shimkit.audit.fake_mps import fake_mps_lowering
-from shimkit.audit.numerics import NumericsReport
+from shimkit.audit.numerics import NumericsReport, NumericsUnavailable
 from shimkit.audit.loader import LoadedModel
 from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder, graph_node
 from shimkit.audit.speed import cia_ops_materialized_once
@@ -254,7 +254,7 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
             scope.callback(patches.undo)
             def to_inductor(module: Any) -> None:
                 try:
-                    delegates.append(numerics.cpu_copy(module, session.real_values.find))
+                    delegates.append(numerics_check.cpu_copy(module, session.real_values.find))
                 except Exception as error:  # the check cannot run; the lowering must go on regardless
                     unavailable.append(f"copying the program handed to Inductor failed: "
                                        f"{type(error).__name__}: {error}")
@@ -274,8 +274,8 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
         with clock.phase("numerics"):
             try:
                 if unavailable:
-                    raise numerics.NumericsUnavailable(unavailable[0])
-                audit.numerics = numerics.compare(lowered.exported_program(), delegates, eager, exported,
+                    raise NumericsUnavailable(unavailable[0])
+                audit.numerics = numerics_check.compare(lowered.exported_program(), delegates, eager, exported,
                                                   tuple(loaded.example_inputs or exported.example_inputs[0]))
             except Exception as error:  # the check could not run: said so, never a crash of the audit
                 audit.numerics = NumericsReport(unavailable=f"{type(error).__name__}: {error}"[:500])

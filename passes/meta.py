@@ -19,10 +19,12 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import sympy
 import torch
 from torch import fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils import _pytree as pytree
+from torch.utils._sympy.numbers import int_oo
 
 from shimkit.passes.ops import aten_op
 
@@ -44,6 +46,12 @@ def fake_mode_of(graph: fx.Graph) -> FakeTensorMode | None:
 def shape_env_of(graph: fx.Graph) -> Any:
     """The ``ShapeEnv`` behind the graph's symbolic sizes, or ``None`` for a static graph."""
     return getattr(fake_mode_of(graph), "shape_env", None)
+
+
+def finite_bound(bound: Any) -> int | None:
+    """A value-range bound of a symbolic size as an int, or ``None`` where it is infinite (symbolic
+    shapes spell "no bound" ``int_oo``; ``sympy.oo`` is not one, yet may appear too)."""
+    return None if bound in (int_oo, -int_oo, sympy.oo, -sympy.oo) else int(bound)
 
 
 def guards_since(shape_env: Any, count: int) -> list[str]:

@@ -25,10 +25,9 @@ for bit (every prefix is a sum of the same terms).
 
 from __future__ import annotations
 
-import sympy
 import torch
-from torch.utils._sympy.numbers import int_oo  # symbolic shapes' "no upper bound" (sympy.oo is not one)
 
+from shimkit.passes.meta import finite_bound
 from shimkit.registry import DecompositionDeclined, OpPlugin, hookimpl
 
 CUMSUM = "aten::cumsum.default"
@@ -43,8 +42,7 @@ def largest_size(size: int | torch.SymInt) -> int | None:
     node = size.node
     if node.shape_env is None:
         return None
-    upper = node.shape_env.bound_sympy(node.expr).upper
-    return None if upper in (int_oo, sympy.oo) else int(upper)
+    return finite_bound(node.shape_env.bound_sympy(node.expr).upper)
 
 
 def cumsum_decomposition(self: torch.Tensor, dim: int, *, dtype: torch.dtype | None = None) -> torch.Tensor:
