@@ -2,8 +2,9 @@
 
 The top-level folders are the architecture (``registry/``, ``passes/``, ``plugins/``, ``audit/``,
 ``csrc/``, ``testing/``); this file maps each onto the one import namespace ``shimkit`` and compiles the pybind11
-extension ``shimkit._C`` from the portable sources in ``csrc/``. Objective-C++ (Metal) sources are
-compiled only on macOS.
+extension ``shimkit._C`` (the kernel SDK's bindings) from the portable sources in ``csrc/``.
+Objective-C++ (Metal) sources are compiled only on macOS. Plugin kernels are not compiled here: each is
+a ``Kernel`` record in its plugin's folder, built where it is used.
 """
 
 import sys
@@ -66,7 +67,9 @@ setup(
     python_requires=">=3.10",
     packages=packages,
     package_dir=package_dir,
-    package_data={"shimkit.csrc": ["include/**/*.h", "**/*.cpp", "**/*.mm", "**/*.h"]},
+    # Kernel files: shimkit's SDK, and each built-in plugin's kernel folder (its Kernel record's sources).
+    package_data={"shimkit.csrc": ["include/**/*.h", "**/*.cpp", "**/*.mm", "**/*.h"],
+                  "": ["kernel/*.cpp", "kernel/*.mm", "kernel/*.h", "kernel/*.metal"]},
     include_package_data=True,
     ext_modules=[_extension()],
     cmdclass={"build_ext": build_ext},

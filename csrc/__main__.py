@@ -1,4 +1,4 @@
-"""``python -m shimkit.csrc TARGET``: builds for the sanitizer run (``csrc/sanitize.sh``)."""
+"""``python -m shimkit.csrc sanitized-module``: the ASan+UBSan build of ``shimkit._C`` for ``csrc/sanitize.sh``."""
 
 from __future__ import annotations
 
@@ -7,17 +7,15 @@ import sys
 from typing import Sequence
 
 from shimkit.csrc.build import sanitized_module
-from shimkit.csrc.reference_shim import build_reference_shim
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m shimkit.csrc",
-                                     description="Build shimkit's kernels for the sanitizer run.")
-    parser.add_argument("target", choices=["sanitized-module", "reference-shim"],
-                        help="sanitized-module: ASan+UBSan shimkit._C; reference-shim: the libtorch-linked "
-                             "reference c-shim library (sanitized when SHIMKIT_SANITIZE=1)")
-    args = parser.parse_args(argv)
-    print(sanitized_module() if args.target == "sanitized-module" else build_reference_shim())
+                                     description="Build shimkit._C for the sanitizer run.")
+    parser.add_argument("target", choices=["sanitized-module"],
+                        help="sanitized-module: shimkit._C with AddressSanitizer and UndefinedBehaviorSanitizer")
+    parser.parse_args(argv)
+    print(sanitized_module())
     return 0
 
 

@@ -5,10 +5,11 @@ extension against shimkit's kernel SDK (``shimkit/*.h`` plus the SDK sources, co
 plugin's own extension: shimkit does not ship a linkable library). Metal sources (``*.mm``) are kept
 only on macOS, exactly as for ``shimkit._C``; on Linux they are neither compiled nor run.
 
-:func:`compile_shared_library` is the plain compiler driver behind shimkit's test-only builds (the
-reference c-shim library linked against libtorch, the sanitizer build of ``shimkit._C``)::
+:func:`compile_shared_library` is the plain compiler driver behind shimkit's test-only builds: the
+host modules of the plugins' kernels (:func:`compile_host_module`, from each ``Kernel`` record; see
+``shimkit.testing.kernels``) and the sanitizer build of ``shimkit._C``::
 
-    python -m shimkit.csrc.build sanitized-module   # prints the path of an ASan+UBSan shimkit._C
+    python -m shimkit.csrc sanitized-module   # prints the path of an ASan+UBSan shimkit._C
 """
 
 from __future__ import annotations
@@ -36,14 +37,9 @@ def sdk_sources() -> list[str]:
     return sorted(str(p) for p in (SOURCE_DIR / "sdk").glob("*.cpp"))
 
 
-def kernel_sources(kernel: str, *, metal: bool = False) -> list[str]:
-    """One kernel's portable sources (its plan, reference, c-shim adapters), plus its ``.mm`` files
-    when ``metal`` is true."""
-    folder = SOURCE_DIR / "kernels" / kernel
-    if not folder.is_dir():
-        raise ValueError(f"shimkit has no kernel {kernel!r} (no folder {folder})")
-    patterns = ("*.cpp", "*.mm") if metal else ("*.cpp",)
-    return sorted(str(p) for pattern in patterns for p in folder.glob(pattern))
+def python_sdk_sources() -> list[str]:
+    """What a kernel's pybind11 bindings link besides the SDK: ``shimkit/pybind.h``'s implementation."""
+    return sorted(str(p) for p in (SOURCE_DIR / "python").glob("*.cpp"))
 
 
 def sdk_unity_source(folder: str | os.PathLike = "build") -> str:
@@ -61,14 +57,6 @@ def sdk_unity_source(folder: str | os.PathLike = "build") -> str:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
     return target.as_posix()
-
-
-def metal_runtime_sources(kernel: str) -> tuple[str, ...]:
-    """Everything ExecuTorch's Metal runtime build compiles for ``kernel``'s mps c-shim: the SDK, the
-    kernel's portable files and its ``.mm`` files (with ``INCLUDE_DIR`` on the include path)."""
-    # *_reference files are the host reference device, which the runtime never calls.
-    device_sources = [s for s in kernel_sources(kernel, metal=True) if not Path(s).stem.endswith("_reference")]
-    return tuple(sdk_sources() + device_sources)
 
 
 def _keep_for_platform(sources: Iterable[str | os.PathLike]) -> list[str]:
@@ -119,15 +107,16 @@ def compile_shared_library(stem: str, sources: Sequence[str | os.PathLike], *,
 
     The file name carries a digest of the sources' contents, the headers under ``INCLUDE_DIR`` and
     every flag, so an unchanged build is reused and a changed one never is. ``python_module`` adds the
-    Python and pybind11 include directories. The library directories become its run path.
+    Python and pybind11 include directories, ahead of ``include_dirs``. The library directories become its run path.
     """
     compiler = os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++"
     command = shlex.split(compiler) + ["-shared", "-fPIC", "-std=c++17", "-fvisibility=hidden"]
-    includes = [str(INCLUDE_DIR), *include_dirs]
+    includes = [str(INCLUDE_DIR)]
     if python_module:
         import pybind11
 
         includes += [pybind11.get_include(), sysconfig.get_paths()["include"]]
+    includes += include_dirs
     command += [f"-I{d}" for d in includes]
     command += [f"-D{k}={v}" for k, v in (("SHIMKIT_WITH_METAL", "0"), *define_macros)]
     command += list(extra_flags)
@@ -152,6 +141,36 @@ def compile_shared_library(stem: str, sources: Sequence[str | os.PathLike], *,
         raise RuntimeError(f"compiling {stem} failed:\n{shlex.join(result.args)}\n{result.stderr}")
     os.replace(partial, output)  # atomic, so concurrent test processes never load a half-written file
     return output
+
+
+def compile_host_module(name: str, sources: Sequence[str | os.PathLike], *, uses_sdk: bool = True,
+                        links_libtorch: bool = False, sanitize: bool = False) -> Path:
+    """Builds a kernel's host module: a pybind11 extension named ``shimkit_kernel_<name>`` from
+    ``sources`` (plus the SDK and ``shimkit/pybind.h``'s implementation), and returns its path.
+
+    The bindings name the module with ``PYBIND11_MODULE(SHIMKIT_HOST_MODULE, m)``; ``name`` must be
+    an identifier, since it reaches the compiler command line as that macro's value. ``links_libtorch``
+    adds libtorch's headers and libraries, for c-shim adapters called with real ``AtenTensorHandle``\ s.
+    """
+    if not name.isidentifier():
+        raise ValueError(f"host module name {name!r} is not an identifier")
+    module = f"shimkit_kernel_{name}"
+    include_dirs: list[str] = []
+    library_dirs: list[str] = []
+    libraries: list[str] = []
+    if links_libtorch:
+        import torch.utils.cpp_extension as cpp_extension
+
+        # After pybind11's own headers (python_module=True puts those first): torch bundles a copy.
+        include_dirs += cpp_extension.include_paths()
+        library_dirs += cpp_extension.library_paths()
+        libraries += ["torch_cpu", "c10"]
+    sdk = (sdk_sources() if uses_sdk else []) + python_sdk_sources()
+    return compile_shared_library(
+        module, [*sdk, *map(str, sources)], include_dirs=include_dirs,
+        define_macros=[("SHIMKIT_HOST_MODULE", module)], library_dirs=library_dirs, libraries=libraries,
+        extra_flags=SANITIZER_FLAGS if sanitize else ("-O2",), python_module=True,
+        suffix=sysconfig.get_config_var("EXT_SUFFIX"))
 
 
 def shimkit_module_sources() -> list[str]:

@@ -35,5 +35,4 @@ PYBIND11_MODULE(_C, m) {
   m.def("build_info", &build_info,
         "Compiler, platform and whether Metal (.mm) sources were compiled into this build.");
   shimkit::bindings::register_sdk(m);
-  shimkit::bindings::register_addmm(m);
 }

@@ -2,7 +2,7 @@
 # Runs the whole kernel test suite (tests/test_kernel_*.py) under AddressSanitizer and
 # UndefinedBehaviorSanitizer:
 #   bash csrc/sanitize.sh [PYTEST ARGS]
-# Builds shimkit._C's sources and the libtorch-linked reference c-shim library with
+# Builds shimkit._C and every registered kernel's host module (shimkit.testing.kernels) with
 # -fsanitize=address,undefined -fno-sanitize-recover=all (any UB aborts the run) into
 # $SHIMKIT_BUILD_DIR (default: a per-user temp folder), loads that build in place of the installed
 # shimkit._C (SHIMKIT_NATIVE_MODULE), and runs pytest with the ASan runtime preloaded, because the
@@ -14,7 +14,7 @@ PY="${PYTHON:-$ROOT/.venv/bin/python}"
 CXX="${CXX:-g++}"
 
 module="$("$PY" -m shimkit.csrc sanitized-module)"
-SHIMKIT_SANITIZE=1 "$PY" -m shimkit.csrc reference-shim >/dev/null
+SHIMKIT_SANITIZE=1 "$PY" -m shimkit.testing.kernels >/dev/null
 
 export SHIMKIT_NATIVE_MODULE="$module"
 export SHIMKIT_SANITIZE=1

@@ -11,16 +11,18 @@ import functools
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
 from shimkit._ordering import OrderingCycle, prerequisites_of, stable_order
+from shimkit.csrc import get_include
+from shimkit.csrc.build import sdk_sources
 from shimkit.registry.errors import DecompositionDeclined, PluginConflictError
 if TYPE_CHECKING:  # the registry calls derive_backend_config with itself
     from shimkit.registry.manager import PluginRegistry, PluginSource, Registered
 from shimkit.registry.ops import canonical_op_name, try_resolve_op
-from shimkit.registry.records import DEVICES, PassSpec, Shim
+from shimkit.registry.records import DEVICES, Kernel, PassSpec, Shim
 
 
 @dataclass(frozen=True)
@@ -99,8 +101,6 @@ class BackendConfig:
         """CMake ``set()``s listing kernel sources and shimkit's kernel SDK include directory, for
         ``target_sources`` / ``target_include_directories`` in a runtime build. Every path is a
         quoted argument with CMake's escapes applied, so no path can end the argument early."""
-        from shimkit.csrc import get_include
-
         variable = variable or f"SHIMKIT_{self.device.upper()}_KERNEL_SOURCES"
         if not _CMAKE_VARIABLE.match(variable):
             raise ValueError(f"{variable!r} is not a CMake variable name ([A-Za-z_][A-Za-z0-9_]*)")
@@ -123,6 +123,14 @@ def cmake_quoted(text: str) -> str:
     if any(ord(c) < 0x20 and c not in "\n\r\t" or c == "\x7f" for c in text):
         raise ValueError(f"{text!r} holds a control character that a CMake argument cannot carry")
     return '"' + "".join(_CMAKE_ESCAPES.get(c, c) for c in text) + '"'
+
+
+def _runtime_sources(kernels: Iterable[Kernel | None]) -> tuple[str, ...]:
+    """What the runtime build compiles: each shipped kernel's runtime sources, after shimkit's SDK
+    sources when any kernel uses the SDK."""
+    shipped = [k for k in kernels if k is not None]
+    sdk = sdk_sources() if any(k.uses_sdk for k in shipped) else []
+    return tuple(dict.fromkeys([*sdk, *(path for k in shipped for path in k.runtime_paths)]))
 
 
 def _pick(candidates: list[Provision], what: str, priorities: Mapping[str, int],
@@ -263,7 +271,7 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
         spec = pass_entry.record
         built[spec.stage].append((spec.name, spec.factory(capabilities)))
 
-    sources = tuple(dict.fromkeys(s for p in shims.values() for s in _shim(p).sources))
+    sources = _runtime_sources(_shim(p).kernel for p in shims.values())
     return BackendConfig(
         device=device,
         capabilities=capabilities,

@@ -51,18 +51,95 @@ def _op_mapping(record: str, name: str, label: str, value: Mapping[Any, Any]) ->
     return MappingProxyType(out)
 
 
-def _check_kernel_source(label: str, source: str) -> None:
-    path = Path(source)
-    if not path.is_absolute():
-        _fail("Shim", label, f"kernel source {source!r} must be an absolute path")
-    if _UNSAFE_PATH_CHARACTER.search(source):
-        _fail("Shim", label, f"kernel source {source!r} holds a control character or ';', which a CMake "
-              f"source list cannot carry")
-    if path.suffix not in KERNEL_SOURCE_SUFFIXES:
-        _fail("Shim", label, f"kernel source {source!r} is not a kernel source (expected one of "
-              f"{', '.join(KERNEL_SOURCE_SUFFIXES)})")
-    if not path.is_file():
-        _fail("Shim", label, f"kernel source {source!r} does not exist")
+def _check_path_text(record: str, label: str, what: str, text: str) -> None:
+    if _UNSAFE_PATH_CHARACTER.search(text):
+        _fail(record, label, f"{what} {text!r} holds a control character or ';', which a CMake source "
+              f"list cannot carry")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """Code a plugin ships for its shims, built two ways: into the device runtime (ExecuTorch's build
+    compiles ``runtime_sources``), and into a *host module* that runs the same kernel logic on any
+    machine, so that tests check it against the plugin's reference on Linux.
+
+    ``directory`` is the folder holding the files, absolute: ``Path(__file__).parent / "kernel"``
+    works from any installed package. Sources are file names relative to it: portable C++ (``.cpp``),
+    Objective-C++ for a Metal host (``.mm``) and Metal Shading Language (``.metal``). The host module
+    is either built by shimkit from ``host_sources`` on first use (a pybind11 module whose bindings
+    file starts with ``PYBIND11_MODULE(SHIMKIT_HOST_MODULE, m)``; ``links_libtorch`` links libtorch
+    for c-shim adapters over real ``AtenTensorHandle``\ s) or is the plugin package's own compiled
+    extension named by ``host_module``. ``entry_points`` are the names the host module must define
+    (functions or exported C symbols); loading checks them. ``uses_sdk`` compiles shimkit's kernel SDK
+    (``shimkit/*.h`` helpers) into both builds.
+
+    >>> kernel = Kernel(name="addmm", directory=str(KERNEL_DIR),
+    ...                 runtime_sources=("addmm_plan.cpp", "addmm_metal.mm", "addmm_shim_mps.mm"),
+    ...                 host_sources=("addmm_plan.cpp", "addmm_reference.cpp", "addmm_bindings.cpp"),
+    ...                 entry_points=("addmm_plan", "addmm_reference_out"))   # doctest: +SKIP
+    >>> kernel.runtime_paths[0]                                                # doctest: +SKIP
+    '/.../shimkit/plugins/addmm/kernel/addmm_plan.cpp'
+    """
+
+    name: str
+    directory: str
+    runtime_sources: tuple[str, ...] = ()
+    host_sources: tuple[str, ...] = ()
+    host_module: str | None = None
+    entry_points: tuple[str, ...] = ()
+    links_libtorch: bool = False
+    uses_sdk: bool = True
+
+    def __post_init__(self) -> None:
+        label = self.name if isinstance(self.name, str) else repr(self.name)
+        if not isinstance(self.name, str) or not _C_IDENTIFIER.match(self.name):
+            _fail("Kernel", label, "name must be a C identifier (it names the host module)")
+        directory = Path(str(self.directory))
+        if not directory.is_absolute():
+            _fail("Kernel", label, f"directory {str(self.directory)!r} must be an absolute path")
+        _check_path_text("Kernel", label, "directory", str(directory))
+        if not directory.is_dir():
+            _fail("Kernel", label, f"directory {str(directory)!r} does not exist")
+        object.__setattr__(self, "directory", str(directory))
+        for role in ("runtime_sources", "host_sources"):
+            sources = tuple(str(s) for s in getattr(self, role))
+            object.__setattr__(self, role, sources)
+            for source in sources:
+                self._check_source(label, role, source)
+        if self.host_sources and self.host_module is not None:
+            _fail("Kernel", label, "give `host_sources` (shimkit builds the host module) or `host_module` "
+                  "(the package's own extension), not both")
+        if self.host_module is not None and not (
+                isinstance(self.host_module, str) and all(map(_C_IDENTIFIER.match, self.host_module.split(".")))):
+            _fail("Kernel", label, f"host_module must be a dotted import name, got {self.host_module!r}")
+        object.__setattr__(self, "entry_points", tuple(self.entry_points))
+        for entry in self.entry_points:
+            if not isinstance(entry, str) or not _C_IDENTIFIER.match(entry):
+                _fail("Kernel", label, f"entry point {entry!r} must be an identifier")
+        if self.entry_points and not (self.host_sources or self.host_module):
+            _fail("Kernel", label, "entry_points name what the host module defines, but there is none")
+
+    def _check_source(self, label: str, role: str, source: str) -> None:
+        relative = Path(source)
+        if relative.is_absolute() or ".." in relative.parts or not source:
+            _fail("Kernel", label, f"{role} entry {source!r} must be a path inside `directory` (relative, "
+                  f"no '..')")
+        _check_path_text("Kernel", label, role[:-1], source)
+        if relative.suffix not in KERNEL_SOURCE_SUFFIXES:
+            _fail("Kernel", label, f"{role} entry {source!r} is not a kernel source (expected one of "
+                  f"{', '.join(KERNEL_SOURCE_SUFFIXES)})")
+        if not (Path(self.directory) / relative).is_file():
+            _fail("Kernel", label, f"{role} entry {source!r} does not exist in {self.directory}")
+
+    @property
+    def runtime_paths(self) -> tuple[str, ...]:
+        """``runtime_sources`` as absolute paths, for the runtime build."""
+        return tuple(str(Path(self.directory) / s) for s in self.runtime_sources)
+
+    @property
+    def host_paths(self) -> tuple[str, ...]:
+        """``host_sources`` as absolute paths, for the host module build."""
+        return tuple(str(Path(self.directory) / s) for s in self.host_sources)
 
 
 @dataclass(frozen=True)
@@ -71,8 +148,8 @@ class Shim:
 
     ``symbol`` is the C function (``aoti_torch_{device}_{op}``); ``recorded_names`` are the other names
     Inductor records for the same call (``at::_ops::topk::call``, a custom op's schema name such as
-    ``metal::gather_qmv``). Exactly one of ``sources`` (kernel files the runtime build compiles) and
-    ``provided_by_runtime`` (the stock runtime already implements it) says where the kernel lives.
+    ``metal::gather_qmv``). Exactly one of ``kernel`` (a :class:`Kernel` the plugin ships, compiled into the
+    runtime) and ``provided_by_runtime`` (the stock runtime already implements it) says where it lives.
     ``c_prototype`` is required for custom (non-ATen) ops: it is what
     ``aot_inductor.custom_ops_to_c_shims`` needs to emit the call.
 
@@ -85,7 +162,7 @@ class Shim:
     symbol: str
     recorded_names: tuple[str, ...] = ()
     c_prototype: str | None = None
-    sources: tuple[str, ...] = ()
+    kernel: Kernel | None = None
     provided_by_runtime: bool = False
 
     def __post_init__(self) -> None:
@@ -98,11 +175,12 @@ class Shim:
         object.__setattr__(self, "recorded_names", tuple(self.recorded_names))
         if not all(isinstance(n, str) and n for n in self.recorded_names):
             _fail("Shim", label, "recorded_names must be non-empty strings")
-        object.__setattr__(self, "sources", tuple(str(Path(s)) for s in self.sources))
-        if bool(self.sources) == bool(self.provided_by_runtime):
-            _fail("Shim", label, "give kernel `sources` or set `provided_by_runtime=True` (exactly one)")
-        for source in self.sources:
-            _check_kernel_source(label, source)
+        if self.kernel is not None and not isinstance(self.kernel, Kernel):
+            _fail("Shim", label, f"kernel must be a Kernel record, got {type(self.kernel).__name__}")
+        if (self.kernel is None) == (not self.provided_by_runtime):
+            _fail("Shim", label, "give a `kernel` or set `provided_by_runtime=True` (exactly one)")
+        if self.kernel is not None and not self.kernel.runtime_sources:
+            _fail("Shim", label, f"kernel {self.kernel.name!r} has no runtime_sources for the runtime build")
         if self.c_prototype is not None:
             if not isinstance(self.c_prototype, str):
                 _fail("Shim", label, "c_prototype must be a string")
@@ -118,6 +196,11 @@ class Shim:
             object.__setattr__(self, "c_prototype", proto)
         elif not self.op.startswith(("aten::", "prims::")):
             _fail("Shim", label, f"custom op {self.op} needs a c_prototype for custom_ops_to_c_shims")
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The files the runtime build compiles for this shim (absolute), none if the runtime has it."""
+        return self.kernel.runtime_paths if self.kernel is not None else ()
 
     @property
     def names(self) -> tuple[str, ...]:

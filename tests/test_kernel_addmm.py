@@ -10,10 +10,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shimkit.csrc.native import native
-from shimkit.csrc.reference_shim import AOTI_TORCH_SUCCESS, last_error, load_reference_shim, tensor_handles
+from shimkit.testing.kernels import AOTI_TORCH_SUCCESS, tensor_handles
+from kernel_helpers import ADDMM, addmm_shims, last_error
 
-C = native()
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # Unit roundoff of each output dtype.
 UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
@@ -116,11 +115,11 @@ def assert_matches_torch(out, self_, mat1, mat2, beta, alpha):
 
 
 def run_binding(out, self_, mat1, mat2, beta, alpha):
-    C.addmm_reference(out, self_, mat1, mat2, beta=beta, alpha=alpha)
+    ADDMM.addmm_reference(out, self_, mat1, mat2, beta=beta, alpha=alpha)
 
 
 def run_shim(out, self_, mat1, mat2, beta, alpha):
-    library = load_reference_shim()
+    library = addmm_shims()
     with tensor_handles(out, self_, mat1, mat2) as handles:
         status = library.shimkit_ref_addmm_out(*handles, beta, alpha)
     assert status == AOTI_TORCH_SUCCESS, last_error()
@@ -184,6 +183,6 @@ def test_binding_borrows_without_copying():
     """out is written in place through DLPack: the kernel wrote torch's own memory."""
     out = torch.zeros(2, 2)
     pointer = out.data_ptr()
-    C.addmm_reference(out, torch.ones(2), torch.eye(2), torch.eye(2), beta=1.0, alpha=1.0)
+    ADDMM.addmm_reference(out, torch.ones(2), torch.eye(2), torch.eye(2), beta=1.0, alpha=1.0)
     assert out.data_ptr() == pointer
     assert torch.equal(out, torch.tensor([[2.0, 1.0], [1.0, 2.0]]))

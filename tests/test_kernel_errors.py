@@ -8,10 +8,9 @@ import re
 import pytest
 import torch
 
-from shimkit.csrc.native import native
-from shimkit.csrc.reference_shim import AOTI_TORCH_SUCCESS, last_error, load_reference_shim, tensor_handles
+from shimkit.testing.kernels import AOTI_TORCH_SUCCESS, tensor_handles
+from kernel_helpers import ADDMM, addmm_shims, last_error
 
-C = native()
 
 
 def good():
@@ -41,7 +40,7 @@ BAD_INPUTS = [
 @pytest.mark.parametrize("name,change,message", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
 def test_binding_raises_value_error_naming_the_argument(name, change, message):
     args = {**good(), **change}
-    for call in (C.addmm_plan, C.addmm_reference):
+    for call in (ADDMM.addmm_plan, ADDMM.addmm_reference):
         with pytest.raises(ValueError, match=re.escape(message)):
             call(args["out"], args["self"], args["mat1"], args["mat2"], beta=1.0, alpha=1.0)
 
@@ -50,7 +49,7 @@ def test_binding_raises_value_error_naming_the_argument(name, change, message):
 def test_c_shim_returns_an_error_with_the_message(name, change, message):
     args = {**good(), **change}
     before = args["out"].clone()
-    library = load_reference_shim()
+    library = addmm_shims()
     with tensor_handles(args["out"], args["self"], args["mat1"], args["mat2"]) as handles:
         status = library.shimkit_ref_addmm_out(*handles, 1.0, 1.0)
     assert status != AOTI_TORCH_SUCCESS
@@ -61,7 +60,7 @@ def test_c_shim_returns_an_error_with_the_message(name, change, message):
 
 @pytest.mark.parametrize("position,name", enumerate(["out", "self", "mat1", "mat2"]))
 def test_c_shim_rejects_a_null_handle(position, name):
-    library = load_reference_shim()
+    library = addmm_shims()
     tensors = list(good().values())
     with tensor_handles(*tensors) as handles:
         handles[position] = None
@@ -71,7 +70,7 @@ def test_c_shim_rejects_a_null_handle(position, name):
 
 
 def test_c_shim_clears_nothing_on_success_but_reports_the_latest_failure():
-    library = load_reference_shim()
+    library = addmm_shims()
     with tensor_handles(*good().values()) as handles:
         assert library.shimkit_ref_addmm_out(*handles, 1.0, 1.0) == AOTI_TORCH_SUCCESS
         handles[0] = None
@@ -82,17 +81,17 @@ def test_c_shim_clears_nothing_on_success_but_reports_the_latest_failure():
 def test_binding_rejects_what_is_not_a_tensor():
     args = good()
     with pytest.raises(TypeError, match="mat1 must be a tensor"):
-        C.addmm_reference(args["out"], args["self"], [[1.0]], args["mat2"])
+        ADDMM.addmm_reference(args["out"], args["self"], [[1.0]], args["mat2"])
 
 
 def test_binding_rejects_a_tensor_dlpack_refuses():
     args = good()
     mat1 = torch.ones(2, 4, requires_grad=True)
     with pytest.raises(ValueError, match="mat1 cannot be borrowed through DLPack"):
-        C.addmm_reference(args["out"], args["self"], mat1, args["mat2"])
+        ADDMM.addmm_reference(args["out"], args["self"], mat1, args["mat2"])
 
 
 def test_reference_refuses_memory_it_cannot_read():
     args = {k: v.to("meta") for k, v in good().items()}
     with pytest.raises((ValueError, NotImplementedError)):
-        C.addmm_reference(args["out"], args["self"], args["mat1"], args["mat2"])
+        ADDMM.addmm_reference(args["out"], args["self"], args["mat1"], args["mat2"])

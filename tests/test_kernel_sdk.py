@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 import shimkit.csrc
 from shimkit.csrc import build
+from registry_helpers import CLEAN_ENV
+from shimkit.backend import new_registry
 from shimkit.csrc.native import native
 
 C = native()
@@ -117,14 +119,12 @@ def test_shimkit_extension_for_a_plugin(tmp_path, monkeypatch):
     assert "-std=c++17" in extension.extra_compile_args
 
 
-def test_metal_runtime_sources_cover_the_mps_shim():
-    sources = build.metal_runtime_sources("addmm")
+def test_the_mps_runtime_build_gets_the_sdk_and_the_addmm_kernel_but_no_host_code():
+    sources = new_registry(env=CLEAN_ENV).backend_config("mps").kernel_sources
     names = {Path(s).name for s in sources}
     assert {"addmm_metal.mm", "addmm_shim_mps.mm", "addmm_plan.cpp", "dtype.cpp"} <= names
-    assert not names & {"addmm_reference.cpp", "addmm_shim_reference.cpp"}  # host reference only
+    assert not names & {"addmm_reference.cpp", "addmm_shim_reference.cpp", "addmm_bindings.cpp", "dlpack.cpp"}
     assert all(Path(s).is_absolute() and Path(s).exists() for s in sources)
-    with pytest.raises(ValueError, match="no kernel 'nope'"):
-        build.kernel_sources("nope")
 
 
 PLUGIN_KERNEL = r"""

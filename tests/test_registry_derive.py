@@ -6,9 +6,9 @@ import pytest
 import torch
 from executorch.backends.apple.metal.metal_backend import MetalBackend
 
-import shimkit.csrc
+import shimkit.plugins.addmm as addmm_plugin
 from registry_helpers import CLEAN_ENV
-from shimkit.registry import OpPlugin, PassSpec, PluginConflictError, Shim, hookimpl
+from shimkit.registry import Kernel, OpPlugin, PassSpec, PluginConflictError, Shim, hookimpl
 from shimkit.backend import inductor_options, new_registry
 
 
@@ -34,13 +34,15 @@ def registry_with(*plugins):
     return registry
 
 
-# Shim sources must exist and be kernel sources; shimkit's own addmm Metal kernel is one.
-KERNEL_SOURCE = str(Path(shimkit.csrc.__file__).parent / "kernels" / "addmm" / "addmm_metal.mm")
+# Kernel sources must exist and be kernel sources; shimkit's own addmm Metal kernel is one.
+KERNEL_SOURCE = addmm_plugin.KERNEL.runtime_paths[1]
 
 
 def kernel_plugin(name, symbol="aoti_torch_mps_erfinv", op="aten::erfinv", priority=0, tmp=KERNEL_SOURCE):
+    kernel = Kernel(name="test_kernel", directory=str(Path(tmp).parent),
+                    runtime_sources=(Path(tmp).name,))
     return OpPlugin(name=name, ops=(op,), priority=priority,
-                    shims=(Shim(op=op, device="mps", symbol=symbol, sources=(tmp,)),))
+                    shims=(Shim(op=op, device="mps", symbol=symbol, kernel=kernel),))
 
 
 def test_derived_fallback_kernels_cover_executorch_metal_backend():

@@ -1,11 +1,15 @@
 """Records validate themselves and name the record at fault."""
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from shimkit.registry import (
     InvalidPluginRecord,
+    Kernel,
     OpPlugin,
     PassSpec,
     Shim,
@@ -42,6 +46,11 @@ def test_unregistered_op_cannot_be_resolved():
         resolve_op("nosuchlib::frobnicate")
 
 
+HERE = str(Path(__file__).resolve().parent)
+KERNEL = Kernel(name="example", directory=str(Path(__file__).resolve().parent / "example_plugin" / "src" /
+                                              "shimkit_example_plugin" / "csrc"), runtime_sources=("logaddexp.cpp",))
+
+
 def shim(**overrides):
     fields = dict(op="aten::mm", device="mps", symbol="aoti_torch_mps_mm_out", provided_by_runtime=True)
     fields.update(overrides)
@@ -52,8 +61,9 @@ def shim(**overrides):
     ({"device": "tpu"}, "device must be one of"),
     ({"symbol": "aoti-torch"}, "C identifier"),
     ({"provided_by_runtime": False}, "exactly one"),
-    ({"sources": ("/abs/op.mm",)}, "exactly one"),
-    ({"provided_by_runtime": False, "sources": ("relative/op.mm",)}, "absolute path"),
+    ({"kernel": KERNEL}, "exactly one"),
+    ({"provided_by_runtime": False, "kernel": "/abs/op.mm"}, "must be a Kernel record"),
+    ({"provided_by_runtime": False, "kernel": Kernel(name="host_only", directory=HERE)}, "no runtime_sources"),
     ({"c_prototype": "AOTITorchError other(AtenTensorHandle x)"}, "c_prototype must read"),
     ({"c_prototype": "AOTITorchError aoti_torch_mps_mm_out(AtenTensorHandle x);"}, "trailing"),
     ({"op": "mylib::fancy", "symbol": "aoti_torch_mps_fancy"}, "needs a c_prototype"),
@@ -109,19 +119,41 @@ def test_malformed_pass_specs(fields, message):
         PassSpec(**fields)
 
 
-INJECTED = '/tmp/x.mm")\nexecute_process(COMMAND touch /tmp/pwned)\n#'
+INJECTED = 'x.mm")\nexecute_process(COMMAND touch /tmp/pwned)\n#'
 
 
-@pytest.mark.parametrize("source, message", [
-    (INJECTED, "control character"),
-    ("/tmp/a;b.mm", "control character or ';'"),
-    ("/definitely/not/here/op.mm", "does not exist"),
-    (__file__, "is not a kernel source"),
+@pytest.mark.parametrize("fields, message", [
+    ({"runtime_sources": (INJECTED,)}, "control character"),
+    ({"runtime_sources": ("a;b.mm",)}, "control character or ';'"),
+    ({"runtime_sources": ("not_here.mm",)}, "does not exist"),
+    ({"runtime_sources": (Path(__file__).name,)}, "is not a kernel source"),
+    ({"host_sources": ("../escape.cpp",)}, "inside `directory`"),
+    ({"host_sources": (str(Path(__file__)),)}, "inside `directory`"),
+    ({"directory": "relative/kernel"}, "absolute path"),
+    ({"directory": "/definitely/not/here"}, "does not exist"),
+    ({"directory": "/tmp/a;b"}, "control character or ';'"),
+    ({"name": "my-kernel"}, "C identifier"),
+    ({"host_module": "pkg.mod", "host_sources": ("k.cpp",)}, "not both"),
+    ({"host_module": "pkg;rm"}, "dotted import name"),
+    ({"entry_points": ("f",)}, "there is none"),
+    ({"host_module": "pkg.mod", "entry_points": ("f(x)",)}, "must be an identifier"),
 ])
-def test_kernel_sources_that_cmake_or_a_build_cannot_take_are_refused(source, message):
-    with pytest.raises(InvalidPluginRecord, match=message) as caught:
-        shim(provided_by_runtime=False, sources=(source,))
-    assert "aoti_torch_mps_mm_out" in str(caught.value)
+def test_kernel_records_that_cmake_or_a_build_cannot_take_are_refused(tmp_path, fields, message):
+    (tmp_path / "k.cpp").write_text("// kernel\n")
+    with pytest.raises(InvalidPluginRecord, match=re.escape(message)) as caught:
+        Kernel(**{"name": "k", "directory": str(tmp_path), **fields})
+    assert "Kernel" in str(caught.value)
+
+
+def test_kernel_paths_are_absolute_inside_its_directory(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "k.cpp").write_text("// kernel\n")
+    (tmp_path / "k.metal").write_text("// kernel\n")
+    kernel = Kernel(name="k", directory=str(tmp_path), runtime_sources=("sub/k.cpp", "k.metal"),
+                    host_sources=("sub/k.cpp",), entry_points=("run",))
+    assert kernel.runtime_paths == (str(tmp_path / "sub" / "k.cpp"), str(tmp_path / "k.metal"))
+    assert kernel.host_paths == (str(tmp_path / "sub" / "k.cpp"),)
+    assert shim(provided_by_runtime=False, kernel=kernel).sources == kernel.runtime_paths
 
 
 @pytest.mark.parametrize("prototype", [

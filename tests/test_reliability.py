@@ -22,7 +22,7 @@ from shimkit.backend import new_registry
 from shimkit.registry import PluginLoadError
 
 SHIMKIT = str(Path(sys.executable).parent / "shimkit")
-KERNEL = str(Path(__import__("shimkit.csrc").csrc.__file__).parent / "kernels" / "addmm" / "addmm_metal.mm")
+KERNEL = __import__("shimkit.plugins.addmm").plugins.addmm.KERNEL.runtime_paths[1]  # addmm_metal.mm
 
 SLOW = """
 import time
@@ -36,11 +36,12 @@ def shimkit_op_plugins():
 
 def erfinv_shim_plugin(plugin_name: str, symbol: str = "aoti_torch_mps_erfinv", op: str = "aten::erfinv") -> str:
     return f"""
-from shimkit.registry import OpPlugin, Shim, hookimpl
+from shimkit.registry import Kernel, OpPlugin, Shim, hookimpl
+KERNEL = Kernel(name="erfinv", directory={str(Path(KERNEL).parent)!r}, runtime_sources=({Path(KERNEL).name!r},))
 @hookimpl
 def shimkit_op_plugins():
     yield OpPlugin(name={plugin_name!r}, ops=({op!r},),
-                   shims=(Shim(op={op!r}, device="mps", symbol={symbol!r}, sources=({KERNEL!r},)),))
+                   shims=(Shim(op={op!r}, device="mps", symbol={symbol!r}, kernel=KERNEL),))
 """
 
 

@@ -2,7 +2,7 @@
 #include <cstdint>
 #include <string>
 
-#include "bindings.h"
+#include "shimkit/pybind.h"
 
 namespace py = pybind11;
 

@@ -1,8 +1,10 @@
-// addmm's plan and reference kernel over torch tensors, borrowed through DLPack without copies.
+// The addmm kernel's host module: its plan and reference kernel over torch tensors, borrowed through
+// DLPack without copies. shimkit builds it from the plugin's Kernel record (SHIMKIT_HOST_MODULE is
+// the module name it chooses), together with the reference c-shim shimkit_ref_addmm_out.
 #include <pybind11/stl.h>
 
-#include "../kernels/addmm/addmm_plan.h"
-#include "bindings.h"
+#include "addmm_plan.h"
+#include "shimkit/pybind.h"
 
 namespace py = pybind11;
 
@@ -27,7 +29,6 @@ py::tuple feed_tuple(const addmm::Feed& feed) {
 }  // namespace
 
 void register_addmm(py::module_& m) {
-  // module_local: a sanitizer build of this module may be loaded beside the installed one.
   py::class_<addmm::Plan>(m, "AddmmPlan", py::module_local(),
                           "What addmm's portable plan decided for one call.")
       .def_property_readonly("dtype", [](const addmm::Plan& p) { return dtype_name(p.dtype); })
@@ -99,3 +100,8 @@ void register_addmm(py::module_& m) {
 
 }  // namespace bindings
 }  // namespace shimkit
+
+PYBIND11_MODULE(SHIMKIT_HOST_MODULE, m) {
+  m.doc() = "addmm's portable plan and reference kernel (host module of the addmm plugin's kernel)";
+  shimkit::bindings::register_addmm(m);
+}

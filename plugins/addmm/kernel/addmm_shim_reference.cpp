@@ -4,11 +4,8 @@
 // implementation of the AOTI C accessor API, so that on Linux it can be called with real
 // AtenTensorHandles (at::Tensor*) and prove the adapter, not only the kernel. The name avoids
 // aoti_torch_cpu_addmm_out, which libtorch itself exports.
-//
-// Linking needs libtorch, and shimkit._C must import without it, so setup.py (which compiles every
-// csrc/**/*.cpp into shimkit._C) sees an empty file; shimkit.csrc.reference_shim builds this file
-// with SHIMKIT_WITH_LIBTORCH_ACCESSORS=1 into a separate library linked against libtorch_cpu.
-#if SHIMKIT_WITH_LIBTORCH_ACCESSORS
+// It is compiled only into the addmm kernel's host module, which links libtorch_cpu
+// (Kernel(links_libtorch=True)); the runtime build never sees it.
 
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 
@@ -71,4 +68,3 @@ __attribute__((visibility("default"))) const char* shimkit_ref_last_error(void) 
 
 }  // extern "C"
 
-#endif  // SHIMKIT_WITH_LIBTORCH_ACCESSORS

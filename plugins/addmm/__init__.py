@@ -11,21 +11,31 @@ applied instead. Its rules, shared with the kernel and with ``baddbmm``:
   operand never propagate (BLAS's rule, and ATen's for float32 ``addmm``; ATen's half-precision
   ``addmm`` and its ``baddbmm`` do multiply by a zero ``alpha``, so NaN shows there).
 
-On mps the plugin ships its own ``aoti_torch_mps_addmm_out`` (``csrc/kernels/addmm``): a portable plan
-(validation, layouts, graph-cache key) plus an MPSGraph implementation compiled by ExecuTorch's Metal
-runtime build from the sources listed below. The Metal sources are NOT compiled or run on Linux, and
-have not been run on a Mac by shimkit's CI; on Linux the same adapter runs the reference kernel as
-``shimkit_ref_addmm_out`` (see docs/kernels.md).
+On mps the plugin ships its own ``aoti_torch_mps_addmm_out`` (the ``kernel/`` folder beside this file): a
+portable plan (validation, layouts, graph-cache key) plus an MPSGraph implementation, compiled by
+ExecuTorch's Metal runtime build from the kernel's ``runtime_sources``. The Metal sources are NOT compiled
+or run on Linux, and have not been run on a Mac by shimkit's CI. The kernel's host module (its
+``host_sources``) runs the same plan with a reference kernel on any machine, through pybind11 and as
+the c-shim ``shimkit_ref_addmm_out`` over real AtenTensorHandles (see docs/kernels.md).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
-from shimkit.csrc.build import metal_runtime_sources
-from shimkit.registry import OpPlugin, Shim, hookimpl
+from shimkit.registry import Kernel, OpPlugin, Shim, hookimpl
 
 ADDMM = "aten::addmm.default"
+KERNEL = Kernel(
+    name="addmm",
+    directory=str(Path(__file__).resolve().parent / "kernel"),
+    runtime_sources=("addmm_plan.cpp", "addmm_metal.mm", "addmm_shim_mps.mm"),
+    host_sources=("addmm_plan.cpp", "addmm_reference.cpp", "addmm_bindings.cpp", "addmm_shim_reference.cpp"),
+    entry_points=("addmm_plan", "addmm_reference", "shimkit_ref_addmm_out", "shimkit_ref_last_error"),
+    links_libtorch=True,
+)
 ACCUMULATE_IN_FLOAT32 = (torch.float16, torch.bfloat16)
 
 
@@ -84,8 +94,7 @@ def shimkit_op_plugins():
     yield OpPlugin(
         name="addmm",
         ops=(ADDMM,),
-        shims=(Shim(op=ADDMM, device="mps", symbol="aoti_torch_mps_addmm_out",
-                    sources=metal_runtime_sources("addmm")),),
+        shims=(Shim(op=ADDMM, device="mps", symbol="aoti_torch_mps_addmm_out", kernel=KERNEL),),
         decompositions={ADDMM: addmm_decomposition},
         references={ADDMM: addmm_reference},
         doc="addmm: shimkit's Metal kernel on mps; mm plus a scaled add where a device has no addmm shim.",

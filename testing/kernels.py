@@ -1,0 +1,155 @@
+"""Plugin kernels on the test machine: a plugin's host module found and loaded from its ``Kernel`` record.
+
+>>> from shimkit.testing.kernels import host_module, kernels
+>>> (addmm_kernel,) = kernels("addmm")
+>>> addmm = host_module(addmm_kernel)          # built from the record on first use, then cached
+>>> addmm.__name__
+'shimkit_kernel_addmm'
+
+A record with ``host_sources`` is compiled here (``shimkit.csrc.build.compile_host_module``, cached by a
+digest of sources and flags); one with ``host_module`` is the plugin package's own extension, imported.
+Either way the record's ``entry_points`` are checked, so a kernel that lost a function fails here,
+naming the kernel and the plugin, not as an ``AttributeError`` deep in a test.
+
+``SHIMKIT_SANITIZE=1`` builds host modules with AddressSanitizer and UndefinedBehaviorSanitizer (the
+process must have the sanitizer runtimes preloaded: ``csrc/sanitize.sh`` does it). ``python -m
+shimkit.testing.kernels`` builds every registered kernel's host module and prints the paths, which the
+sanitizer run does before it preloads anything into the compiler's environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import importlib
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from types import ModuleType
+from typing import Iterator
+
+from shimkit.backend import get_registry
+from shimkit.csrc.build import compile_host_module
+from shimkit.registry import Kernel, ShimkitPluginError
+
+AOTI_TORCH_SUCCESS = 0
+
+
+class KernelLoadError(ShimkitPluginError, ImportError):
+    """A kernel's host module could not be built or loaded, or lacks one of its entry points."""
+
+
+def kernels(plugin: str) -> list[Kernel]:
+    """The kernels the registered plugin ``plugin`` ships, in the order of its shims (each once)."""
+    registered = [r for r in get_registry().op_plugins() if r.record.name == plugin]
+    if not registered:
+        known = sorted(r.record.name for r in get_registry().op_plugins())
+        raise LookupError(f"no registered op plugin {plugin!r} (registered: {', '.join(known)})")
+    shipped = [s.kernel for r in registered for s in r.record.shims if s.kernel is not None]
+    return list({id(k): k for k in shipped}.values())
+
+
+def host_module(kernel: Kernel) -> ModuleType:
+    """The loaded host module of ``kernel``; raises :class:`KernelLoadError` naming the kernel."""
+    return _load(kernel, _sanitize_requested())
+
+
+@functools.lru_cache(maxsize=None)
+def _load(kernel: Kernel, sanitize: bool) -> ModuleType:
+    if kernel.host_module is not None:
+        try:
+            module = importlib.import_module(kernel.host_module)
+        except ImportError as error:
+            raise KernelLoadError(f"kernel {kernel.name!r}: its host module {kernel.host_module!r} does not "
+                                  f"import ({error}); is the plugin package built and installed?") from error
+    elif kernel.host_sources:
+        try:
+            path = compile_host_module(kernel.name, kernel.host_paths, uses_sdk=kernel.uses_sdk,
+                                       links_libtorch=kernel.links_libtorch, sanitize=sanitize)
+        except RuntimeError as error:
+            raise KernelLoadError(f"kernel {kernel.name!r}: building its host module failed: {error}") from error
+        module = _import_extension(f"shimkit_kernel_{kernel.name}", str(path))
+    else:
+        raise KernelLoadError(f"kernel {kernel.name!r} declares no host module (no host_sources, no "
+                              "host_module): it cannot run on this machine")
+    missing = [entry for entry in kernel.entry_points if not hasattr(module, entry) and not _exports(module, entry)]
+    if missing:
+        raise KernelLoadError(f"kernel {kernel.name!r}: its host module {module.__name__} lacks the entry "
+                              f"point(s) {', '.join(missing)}")
+    return module
+
+
+def _import_extension(name: str, path: str) -> ModuleType:
+    if kernel_module := sys.modules.get(name):
+        if getattr(kernel_module, "__file__", None) == path:
+            return kernel_module
+    import torch  # noqa: F401  (a host module linking libtorch needs it loaded first)
+
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    if spec is None:
+        raise KernelLoadError(f"{path} is not a loadable extension module")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def _exports(module: ModuleType, symbol: str) -> bool:
+    """Whether the module's shared library exports the C function ``symbol`` (a c-shim)."""
+    try:
+        getattr(c_library(module), symbol)
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
+def c_library(module: ModuleType) -> ctypes.CDLL:
+    """The host module's shared library, for calling the C functions (c-shims) it exports by name."""
+    return ctypes.CDLL(module.__file__)
+
+
+def _sanitize_requested() -> bool:
+    return os.environ.get("SHIMKIT_SANITIZE") == "1"
+
+
+@contextlib.contextmanager
+def tensor_handles(*tensors) -> Iterator[list[int]]:
+    """AtenTensorHandles (as ints) for ``tensors``, owned by torch and freed on exit: exactly what an
+    AOTInductor wrapper passes to a c-shim in libtorch (heap-allocated ``at::Tensor*``).
+
+    A handle shares its tensor's storage, so a shim writing through ``out``'s handle writes the tensor.
+    """
+    from torch._C import _aoti
+
+    capsules = _aoti.unsafe_alloc_void_ptrs_from_tensors(list(tensors))
+    try:
+        yield [_capsule_pointer(c) for c in capsules]
+    finally:
+        _aoti.alloc_tensors_by_stealing_from_void_ptrs(capsules)
+
+
+def _capsule_pointer(capsule) -> int:
+    # torch wraps each at::Tensor* in an unnamed PyCapsule.
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    get_pointer.restype = ctypes.c_void_p
+    return get_pointer(capsule, None)
+
+
+def main() -> int:
+    """Builds every registered kernel's host module and prints its path."""
+    names = dict.fromkeys(r.record.name for r in get_registry().op_plugins())
+    for kernel in (k for name in names for k in kernels(name)):
+        if kernel.host_sources:
+            print(compile_host_module(kernel.name, kernel.host_paths, uses_sdk=kernel.uses_sdk,
+                                      links_libtorch=kernel.links_libtorch, sanitize=_sanitize_requested()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["AOTI_TORCH_SUCCESS", "KernelLoadError", "c_library", "host_module", "kernels", "tensor_handles"]
