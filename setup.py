@@ -24,6 +24,7 @@ NAMESPACE_MAP = {
     "audit": "shimkit.audit",
     "csrc": "shimkit.csrc",
     "testing": "shimkit.testing",
+    "metal": "shimkit.metal",
 }
 
 
@@ -69,6 +70,7 @@ setup(
     package_dir=package_dir,
     # Kernel files: shimkit's SDK, and each built-in plugin's kernel folder (its Kernel record's sources).
     package_data={"shimkit.csrc": ["include/**/*.h", "**/*.cpp", "**/*.mm", "**/*.h"],
+                  "shimkit.metal": ["include/metal_stdlib", "include/shimkit_metal/*.h"],
                   "": ["kernel/*.cpp", "kernel/*.mm", "kernel/*.h", "kernel/*.metal"]},
     include_package_data=True,
     ext_modules=[_extension()],

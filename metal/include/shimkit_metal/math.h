@@ -1,0 +1,272 @@
+// Metal's math and common functions (<metal_math>, <metal_common>, <metal_relational>, <metal_integer>)
+// over scalars and vectors. Floating functions compute in float (double is not a Metal type) and round
+// half/bfloat results once; precise:: and fast:: name the same functions, since the CPU has one
+// precision (fast:: may be less exact on a GPU, never more).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+
+#include "types.h"
+
+namespace metal {
+
+namespace detail {
+template <class T> using math_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+template <class T, class F> inline T map1(const T& a, F f) {
+  if constexpr (is_vector_v<T>) {
+    T r;
+    for (int i = 0; i < T::size; ++i) r.v[i] = map1(a.v[i], f);
+    return r;
+  } else {
+    return T(f(static_cast<math_t<T>>(a)));
+  }
+}
+template <class T, class F> inline T map2(const T& a, const T& b, F f) {
+  if constexpr (is_vector_v<T>) {
+    T r;
+    for (int i = 0; i < T::size; ++i) r.v[i] = map2(a.v[i], b.v[i], f);
+    return r;
+  } else {
+    return T(f(static_cast<math_t<T>>(a), static_cast<math_t<T>>(b)));
+  }
+}
+template <class T, class F> inline T map3(const T& a, const T& b, const T& c, F f) {
+  if constexpr (is_vector_v<T>) {
+    T r;
+    for (int i = 0; i < T::size; ++i) r.v[i] = map3(a.v[i], b.v[i], c.v[i], f);
+    return r;
+  } else {
+    return T(f(static_cast<math_t<T>>(a), static_cast<math_t<T>>(b), static_cast<math_t<T>>(c)));
+  }
+}
+template <class T, class F> inline auto test1(const T& a, F f) {
+  if constexpr (is_vector_v<T>) {
+    vec<bool, T::size> r;
+    for (int i = 0; i < T::size; ++i) r.v[i] = f(static_cast<float>(a.v[i]));
+    return r;
+  } else {
+    return static_cast<bool>(f(static_cast<math_t<T>>(a)));
+  }
+}
+template <class T> using float_t_of = std::enable_if_t<is_floating_point_v<T>, T>;
+}  // namespace detail
+
+#define SHIMKIT_FLOAT_UNARY(name, expr)                                                           \
+  template <class T> inline detail::float_t_of<T> name(const T& a) {                                \
+    return detail::map1(a, [](auto x) { return expr; });                                            \
+  }
+SHIMKIT_FLOAT_UNARY(exp, std::exp(x))
+SHIMKIT_FLOAT_UNARY(exp2, std::exp2(x))
+SHIMKIT_FLOAT_UNARY(exp10, std::pow(decltype(x)(10), x))
+SHIMKIT_FLOAT_UNARY(log, std::log(x))
+SHIMKIT_FLOAT_UNARY(log2, std::log2(x))
+SHIMKIT_FLOAT_UNARY(log10, std::log10(x))
+SHIMKIT_FLOAT_UNARY(sqrt, std::sqrt(x))
+SHIMKIT_FLOAT_UNARY(rsqrt, 1 / std::sqrt(x))
+SHIMKIT_FLOAT_UNARY(sin, std::sin(x))
+SHIMKIT_FLOAT_UNARY(cos, std::cos(x))
+SHIMKIT_FLOAT_UNARY(tan, std::tan(x))
+SHIMKIT_FLOAT_UNARY(asin, std::asin(x))
+SHIMKIT_FLOAT_UNARY(acos, std::acos(x))
+SHIMKIT_FLOAT_UNARY(atan, std::atan(x))
+SHIMKIT_FLOAT_UNARY(sinh, std::sinh(x))
+SHIMKIT_FLOAT_UNARY(cosh, std::cosh(x))
+SHIMKIT_FLOAT_UNARY(tanh, std::tanh(x))
+SHIMKIT_FLOAT_UNARY(asinh, std::asinh(x))
+SHIMKIT_FLOAT_UNARY(acosh, std::acosh(x))
+SHIMKIT_FLOAT_UNARY(atanh, std::atanh(x))
+SHIMKIT_FLOAT_UNARY(sinpi, std::sin(x * decltype(x)(M_PI)))
+SHIMKIT_FLOAT_UNARY(cospi, std::cos(x * decltype(x)(M_PI)))
+SHIMKIT_FLOAT_UNARY(tanpi, std::tan(x * decltype(x)(M_PI)))
+SHIMKIT_FLOAT_UNARY(floor, std::floor(x))
+SHIMKIT_FLOAT_UNARY(ceil, std::ceil(x))
+SHIMKIT_FLOAT_UNARY(trunc, std::trunc(x))
+SHIMKIT_FLOAT_UNARY(round, std::round(x))
+SHIMKIT_FLOAT_UNARY(rint, std::nearbyint(x))
+SHIMKIT_FLOAT_UNARY(fabs, std::fabs(x))
+SHIMKIT_FLOAT_UNARY(fract, std::fmin(x - std::floor(x), decltype(x)(0x1.fffffep-1)))
+SHIMKIT_FLOAT_UNARY(saturate, std::fmin(std::fmax(x, decltype(x)(0)), decltype(x)(1)))
+SHIMKIT_FLOAT_UNARY(sign, (x > 0 ? decltype(x)(1) : x < 0 ? decltype(x)(-1) : x == x ? decltype(x)(0) : x))
+SHIMKIT_FLOAT_UNARY(log1p, std::log1p(x))
+SHIMKIT_FLOAT_UNARY(expm1, std::expm1(x))
+SHIMKIT_FLOAT_UNARY(erf, std::erf(x))
+#undef SHIMKIT_FLOAT_UNARY
+
+#define SHIMKIT_FLOAT_BINARY(name, expr)                                                          \
+  template <class T> inline detail::float_t_of<T> name(const T& a, const T& b) {                    \
+    return detail::map2(a, b, [](auto x, auto y) { return expr; });                                 \
+  }
+SHIMKIT_FLOAT_BINARY(pow, std::pow(x, y))
+SHIMKIT_FLOAT_BINARY(powr, std::pow(x, y))
+SHIMKIT_FLOAT_BINARY(atan2, std::atan2(x, y))
+SHIMKIT_FLOAT_BINARY(fmod, std::fmod(x, y))
+SHIMKIT_FLOAT_BINARY(fmax, std::fmax(x, y))
+SHIMKIT_FLOAT_BINARY(fmin, std::fmin(x, y))
+SHIMKIT_FLOAT_BINARY(copysign, std::copysign(x, y))
+SHIMKIT_FLOAT_BINARY(fdim, std::fdim(x, y))
+SHIMKIT_FLOAT_BINARY(step, (y < x ? decltype(x)(0) : decltype(x)(1)))
+SHIMKIT_FLOAT_BINARY(nextafter, std::nextafter(x, y))
+#undef SHIMKIT_FLOAT_BINARY
+
+template <class T> inline detail::float_t_of<T> fma(const T& a, const T& b, const T& c) {
+  return detail::map3(a, b, c, [](auto x, auto y, auto z) { return std::fma(x, y, z); });
+}
+template <class T> inline detail::float_t_of<T> mix(const T& a, const T& b, const T& t) {
+  return detail::map3(a, b, t, [](auto x, auto y, auto s) { return x + (y - x) * s; });
+}
+template <class T> inline T ldexp(const T& a, int e) { return detail::map1(a, [e](auto x) { return std::ldexp(x, e); }); }
+template <class T> inline T frexp(const T& a, int& e) { return T(std::frexp(float(a), &e)); }
+template <class T> inline T modf(const T& a, T& whole) {
+  float w;
+  T r = T(std::modf(float(a), &w));
+  whole = T(w);
+  return r;
+}
+
+template <class T> inline T divide(const T& a, const T& b) { return a / b; }
+
+// isnan/isinf/isfinite/signbit: scalar bool or a bool vector.
+template <class T> inline auto isnan(const T& a) { return detail::test1(a, [](auto x) { return x != x; }); }
+template <class T> inline auto isinf(const T& a) { return detail::test1(a, [](auto x) { return std::isinf(x); }); }
+template <class T> inline auto isfinite(const T& a) { return detail::test1(a, [](auto x) { return std::isfinite(x); }); }
+template <class T> inline auto isnormal(const T& a) { return detail::test1(a, [](auto x) { return std::isnormal(x); }); }
+template <class T> inline auto signbit(const T& a) { return detail::test1(a, [](auto x) { return std::signbit(x); }); }
+template <class T> inline auto isunordered(const T& a, const T& b) { return isnan(a) || isnan(b); }
+template <class T, int N, bool P> inline vec<bool, N> isunordered(const vec<T, N, P>& a, const vec<T, N, P>& b) {
+  return isnan(a) || isnan(b);
+}
+
+// abs, min, max, clamp for integers and floats (Metal's fmin/fmax semantics for floats: a NaN operand
+// yields the other one).
+template <class T> inline T abs(const T& a) {
+  if constexpr (is_vector_v<T>) {
+    T r;
+    for (int i = 0; i < T::size; ++i) r.v[i] = abs(a.v[i]);
+    return r;
+  } else if constexpr (is_floating_point_v<T>) {
+    return T(std::fabs(float(a)));
+  } else if constexpr (std::is_signed_v<T>) {
+    return a < 0 ? T(-a) : a;
+  } else {
+    return a;
+  }
+}
+template <class T> inline T max(const T& a, const T& b) {
+  if constexpr (is_vector_v<T>) {
+    T r;
+    for (int i = 0; i < T::size; ++i) r.v[i] = max(a.v[i], b.v[i]);
+    return r;
+  } else if constexpr (is_floating_point_v<T>) {
+    return T(std::fmax(float(a), float(b)));
+  } else {
+    return a < b ? b : a;
+  }
+}
+template <class T> inline T min(const T& a, const T& b) {
+  if constexpr (is_vector_v<T>) {
+    T r;
+    for (int i = 0; i < T::size; ++i) r.v[i] = min(a.v[i], b.v[i]);
+    return r;
+  } else if constexpr (is_floating_point_v<T>) {
+    return T(std::fmin(float(a), float(b)));
+  } else {
+    return b < a ? b : a;
+  }
+}
+template <class T, int N, bool P, class S, class = std::enable_if_t<!is_vector_v<S>>>
+inline vec<T, N> max(const vec<T, N, P>& a, const S& b) { return max(vec<T, N>(a), vec<T, N>(T(b))); }
+template <class T, int N, bool P, class S, class = std::enable_if_t<!is_vector_v<S>>>
+inline vec<T, N> min(const vec<T, N, P>& a, const S& b) { return min(vec<T, N>(a), vec<T, N>(T(b))); }
+template <class T> inline T max3(const T& a, const T& b, const T& c) { return max(max(a, b), c); }
+template <class T> inline T min3(const T& a, const T& b, const T& c) { return min(min(a, b), c); }
+template <class T> inline T median3(const T& a, const T& b, const T& c) { return max(min(a, b), min(max(a, b), c)); }
+template <class T, class L, class H> inline T clamp(const T& x, const L& lo, const H& hi) {
+  return min(max(x, T(lo)), T(hi));
+}
+
+template <class T> inline T select(const T& a, const T& b, bool c) { return c ? b : a; }
+template <class T, int N, bool P, bool Q>
+inline vec<T, N> select(const vec<T, N, P>& a, const vec<T, N, P>& b, const vec<bool, N, Q>& c) {
+  vec<T, N> r;
+  for (int i = 0; i < N; ++i) r.v[i] = c.v[i] ? b.v[i] : a.v[i];
+  return r;
+}
+template <int N, bool P> inline bool all(const vec<bool, N, P>& v) {
+  for (int i = 0; i < N; ++i)
+    if (!v.v[i]) return false;
+  return true;
+}
+template <int N, bool P> inline bool any(const vec<bool, N, P>& v) {
+  for (int i = 0; i < N; ++i)
+    if (v.v[i]) return true;
+  return false;
+}
+inline bool all(bool b) { return b; }
+inline bool any(bool b) { return b; }
+
+// Geometric functions.
+template <class T, int N, bool P> inline T dot(const vec<T, N, P>& a, const vec<T, N, P>& b) {
+  float s = 0;
+  for (int i = 0; i < N; ++i) s += float(a.v[i]) * float(b.v[i]);
+  return T(s);
+}
+template <class T, int N, bool P> inline T length(const vec<T, N, P>& a) { return T(std::sqrt(float(dot(a, a)))); }
+template <class T, int N, bool P> inline T length_squared(const vec<T, N, P>& a) { return dot(a, a); }
+template <class T, int N, bool P> inline vec<T, N> normalize(const vec<T, N, P>& a) { return a / length(a); }
+template <class T, int N, bool P> inline T distance(const vec<T, N, P>& a, const vec<T, N, P>& b) { return length(a - b); }
+template <class T, bool P> inline vec<T, 3> cross(const vec<T, 3, P>& a, const vec<T, 3, P>& b) {
+  return vec<T, 3>(a.y * b.z - a.z * b.y, a.z * b.x - a.x * b.z, a.x * b.y - a.y * b.x);
+}
+
+// Integer functions.
+template <class T> inline T popcount(T x) { return T(__builtin_popcountll(static_cast<unsigned long long>(make_unsigned_t<T>(x)))); }
+template <class T> inline T clz(T x) {
+  using U = make_unsigned_t<T>;
+  U u = U(x);
+  return u == 0 ? T(sizeof(T) * 8) : T(__builtin_clzll(u) - (64 - sizeof(T) * 8));
+}
+template <class T> inline T ctz(T x) {
+  using U = make_unsigned_t<T>;
+  U u = U(x);
+  return u == 0 ? T(sizeof(T) * 8) : T(__builtin_ctzll(u));
+}
+template <class T> inline T mulhi(T a, T b) {
+  if constexpr (sizeof(T) == 8) {
+    using W = std::conditional_t<std::is_signed_v<T>, __int128, unsigned __int128>;
+    return T((W(a) * W(b)) >> 64);
+  } else {
+    using W = std::conditional_t<std::is_signed_v<T>, long, unsigned long>;
+    return T((W(a) * W(b)) >> (sizeof(T) * 8));
+  }
+}
+template <class T> inline T rotate(T v, T n) {
+  using U = make_unsigned_t<T>;
+  constexpr unsigned bits = sizeof(T) * 8;
+  U u = U(v);
+  unsigned s = unsigned(U(n)) % bits;
+  return T(s == 0 ? u : U((u << s) | (u >> (bits - s))));
+}
+template <class T> inline T reverse_bits(T v) {
+  using U = make_unsigned_t<T>;
+  U u = U(v), r = 0;
+  for (unsigned i = 0; i < sizeof(T) * 8; ++i) r = U((r << 1) | ((u >> i) & 1));
+  return T(r);
+}
+
+namespace precise {
+using metal::acos; using metal::acosh; using metal::asin; using metal::asinh; using metal::atan;
+using metal::atan2; using metal::atanh; using metal::ceil; using metal::copysign; using metal::cos;
+using metal::cosh; using metal::cospi; using metal::exp; using metal::exp10; using metal::exp2;
+using metal::fabs; using metal::floor; using metal::fma; using metal::fmax; using metal::fmin;
+using metal::fmod; using metal::fract; using metal::log; using metal::log10; using metal::log2;
+using metal::max; using metal::min; using metal::pow; using metal::powr; using metal::rint;
+using metal::round; using metal::rsqrt; using metal::sin; using metal::sinh; using metal::sinpi;
+using metal::sqrt; using metal::tan; using metal::tanh; using metal::tanpi; using metal::trunc;
+using metal::clamp; using metal::abs; using metal::divide;
+}  // namespace precise
+namespace fast {
+using namespace precise;
+}  // namespace fast
+
+}  // namespace metal

@@ -1,0 +1,347 @@
+// How a compiled MSL kernel runs on the CPU: Metal's dispatchThreads grid (partial edge threadgroups),
+// one threadgroup after another on each worker thread, and, for kernels that synchronise
+// (threadgroup_barrier, simd_* functions), the threads of a group as cooperative fibers.
+//
+// A fiber runs until it reaches a barrier or a simdgroup function, then yields to the group's
+// scheduler; when every live thread of the group waits at the barrier, or every live lane of a
+// simdgroup waits at a simdgroup function, they are released together (the simdgroup function's
+// result computed for all lanes at once). Lanes that finished, or that wait elsewhere when nothing
+// else can progress (divergent control flow), take no part, as Metal's inactive lanes. A group in
+// which no thread can progress is a deadlock, reported with what each thread waits for.
+#pragma once
+
+#include <ucontext.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "types.h"
+
+namespace shimkit_metal {
+
+using metal::uint;
+constexpr uint kSimdWidth = 32;
+constexpr size_t kLaneBytes = 64;
+
+struct ThreadInfo {
+  uint grid[3], in_group[3], group[3], group_size[3], grid_size[3], groups[3];
+  uint index_in_group, lane, simd_index, simds_per_group;
+};
+
+struct Dispatch {
+  unsigned long threads[3];
+  unsigned long group[3];
+  int workers;
+};
+
+struct Fiber;
+using Combine = void (*)(Fiber** lanes);
+enum class Wait { kReady, kBarrier, kSimd, kDone };
+
+struct Fiber {
+  ucontext_t context;
+  Wait state = Wait::kReady;
+  ThreadInfo info;
+  Combine combine = nullptr;
+  long argument = 0;
+  alignas(32) unsigned char value[kLaneBytes];
+  alignas(32) unsigned char fill[kLaneBytes];
+  alignas(32) unsigned char result[kLaneBytes];
+};
+
+struct Scheduler;
+inline thread_local Scheduler* current_scheduler = nullptr;
+inline thread_local Fiber* current_fiber = nullptr;
+
+[[noreturn]] inline void not_cooperative(const char* what) {
+  throw std::logic_error(std::string(what) +
+                         " called in a kernel shimkit.metal runs without fibers: its use was not found "
+                         "in the kernel's call graph (report this as a shimkit.metal bug)");
+}
+
+struct Scheduler {
+  std::vector<Fiber> fibers;
+  std::vector<std::unique_ptr<char[]>> stacks;
+  ucontext_t home;
+  size_t stack_bytes = 256 * 1024;
+  const std::function<void(const ThreadInfo&)>* body = nullptr;
+  std::exception_ptr failure;
+
+  static void entry(unsigned int high, unsigned int low) {
+    Scheduler* self = reinterpret_cast<Scheduler*>((static_cast<uintptr_t>(high) << 32) | low);
+    Fiber* fiber = current_fiber;
+    try {
+      (*self->body)(fiber->info);
+    } catch (...) {
+      if (!self->failure) self->failure = std::current_exception();
+    }
+    fiber->state = Wait::kDone;
+    swapcontext(&fiber->context, &self->home);
+  }
+
+  void yield(Wait why) {
+    Fiber* fiber = current_fiber;
+    fiber->state = why;
+    swapcontext(&fiber->context, &home);
+  }
+
+  // Runs one threadgroup whose threads are `infos`.
+  void run_group(const std::vector<ThreadInfo>& infos, const std::function<void(const ThreadInfo&)>& kernel) {
+    const size_t n = infos.size();
+    fibers.resize(n);
+    while (stacks.size() < n) stacks.emplace_back(new char[stack_bytes]);
+    body = &kernel;
+    const uintptr_t self = reinterpret_cast<uintptr_t>(this);
+    for (size_t i = 0; i < n; ++i) {
+      Fiber& f = fibers[i];
+      f.state = Wait::kReady;
+      f.info = infos[i];
+      getcontext(&f.context);
+      f.context.uc_stack.ss_sp = stacks[i].get();
+      f.context.uc_stack.ss_size = stack_bytes;
+      f.context.uc_link = nullptr;
+      makecontext(&f.context, reinterpret_cast<void (*)()>(&Scheduler::entry), 2,
+                  static_cast<unsigned int>(self >> 32), static_cast<unsigned int>(self & 0xffffffffu));
+    }
+    Scheduler* previous = current_scheduler;
+    current_scheduler = this;
+    size_t done = 0;
+    while (done < n) {
+      for (size_t i = 0; i < n; ++i) {
+        if (fibers[i].state != Wait::kReady) continue;
+        current_fiber = &fibers[i];
+        swapcontext(&home, &fibers[i].context);
+        current_fiber = nullptr;
+        if (fibers[i].state == Wait::kDone) ++done;
+      }
+      if (failure) break;
+      if (done < n && !release(false) && !release(true)) deadlock();
+    }
+    current_scheduler = previous;
+    if (failure) {
+      std::exception_ptr error = failure;
+      failure = nullptr;
+      std::rethrow_exception(error);
+    }
+  }
+
+  // Releases waiting threads whose condition is met; `divergent` lets a simdgroup function go ahead
+  // with the lanes waiting at it while other live lanes of its simdgroup wait elsewhere.
+  bool release(bool divergent) {
+    bool released = false;
+    const size_t n = fibers.size();
+    for (size_t first = 0; first < n; first += kSimdWidth) {
+      const size_t last = std::min(n, first + kSimdWidth);
+      Fiber* lanes[kSimdWidth] = {};
+      Combine op = nullptr;
+      bool everyone = true;
+      for (size_t i = first; i < last; ++i) {
+        Fiber& f = fibers[i];
+        if (f.state == Wait::kSimd && (op == nullptr || f.combine == op)) {
+          op = f.combine;
+          lanes[i - first] = &f;
+        } else if (f.state != Wait::kDone) {
+          everyone = false;
+        }
+      }
+      if (op == nullptr || (!everyone && !divergent)) continue;
+      op(lanes);
+      for (Fiber* f : lanes)
+        if (f) f->state = Wait::kReady;
+      released = true;
+      if (divergent) return true;  // one simdgroup at a time, then let the others run again
+    }
+    if (released) return true;
+    size_t live = 0, waiting = 0;
+    for (Fiber& f : fibers) {
+      if (f.state == Wait::kDone) continue;
+      ++live;
+      waiting += f.state == Wait::kBarrier;
+    }
+    if (live > 0 && waiting == live) {
+      for (Fiber& f : fibers)
+        if (f.state == Wait::kBarrier) f.state = Wait::kReady;
+      return true;
+    }
+    return false;
+  }
+
+  [[noreturn]] void deadlock() {
+    size_t at_barrier = 0, done = 0;
+    for (Fiber& f : fibers) {
+      at_barrier += f.state == Wait::kBarrier;
+      done += f.state == Wait::kDone;
+    }
+    const ThreadInfo& g = fibers.front().info;
+    throw std::runtime_error(
+        "threadgroup (" + std::to_string(g.group[0]) + ", " + std::to_string(g.group[1]) + ", " +
+        std::to_string(g.group[2]) + ") cannot progress: " + std::to_string(at_barrier) + " of its " +
+        std::to_string(fibers.size()) + " threads wait at threadgroup_barrier while " +
+        std::to_string(done) + " have returned (Metal requires every thread of a threadgroup to reach "
+        "the barrier)");
+  }
+};
+
+inline void threadgroup_barrier_wait() {
+  if (current_scheduler == nullptr || current_fiber == nullptr) not_cooperative("threadgroup_barrier");
+  current_scheduler->yield(Wait::kBarrier);
+}
+
+template <class T>
+inline T simd_collective(const T& value, Combine combine, long argument = 0, const T* fill = nullptr) {
+  static_assert(sizeof(T) <= kLaneBytes, "simdgroup function on a type larger than 64 bytes");
+  if (current_scheduler == nullptr || current_fiber == nullptr) not_cooperative("a simdgroup function");
+  Fiber* fiber = current_fiber;
+  std::memcpy(fiber->value, &value, sizeof(T));
+  if (fill) std::memcpy(fiber->fill, fill, sizeof(T));
+  fiber->argument = argument;
+  fiber->combine = combine;
+  current_scheduler->yield(Wait::kSimd);
+  T out;
+  std::memcpy(static_cast<void*>(&out), fiber->result, sizeof(T));
+  return out;
+}
+
+template <class T> inline T lane_value(const Fiber* f) {
+  T v;
+  std::memcpy(static_cast<void*>(&v), f->value, sizeof(T));
+  return v;
+}
+template <class T> inline void set_result(Fiber* f, const T& v) { std::memcpy(f->result, &v, sizeof(T)); }
+
+// ---- grid traversal ----
+
+inline unsigned long groups_along(unsigned long threads, unsigned long group) {
+  return threads == 0 ? 0 : (threads + group - 1) / group;
+}
+
+template <class Body>
+inline void run_groups(const Dispatch& d, unsigned long begin, unsigned long end, bool cooperative, Body& body) {
+  const unsigned long gx = groups_along(d.threads[0], d.group[0]);
+  const unsigned long gy = groups_along(d.threads[1], d.group[1]);
+  const unsigned long gz = groups_along(d.threads[2], d.group[2]);
+  std::unique_ptr<Scheduler> scheduler;
+  std::function<void(const ThreadInfo&)> kernel;
+  std::vector<ThreadInfo> infos;
+  if (cooperative) {
+    scheduler.reset(new Scheduler());
+    kernel = [&body](const ThreadInfo& t) { body(t); };
+  }
+  for (unsigned long linear = begin; linear < end; ++linear) {
+    ThreadInfo t{};
+    const unsigned long g[3] = {linear % gx, (linear / gx) % gy, linear / (gx * gy)};
+    uint size[3];
+    for (int k = 0; k < 3; ++k) {
+      t.group[k] = static_cast<uint>(g[k]);
+      const unsigned long start = g[k] * d.group[k];
+      size[k] = static_cast<uint>(std::min(d.group[k], d.threads[k] - start));  // partial edge group
+      t.group_size[k] = size[k];
+      t.grid_size[k] = static_cast<uint>(d.threads[k]);
+    }
+    t.groups[0] = static_cast<uint>(gx);
+    t.groups[1] = static_cast<uint>(gy);
+    t.groups[2] = static_cast<uint>(gz);
+    const uint count = size[0] * size[1] * size[2];
+    t.simds_per_group = (count + kSimdWidth - 1) / kSimdWidth;
+    if (cooperative) infos.clear();
+    uint index = 0;
+    for (uint z = 0; z < size[2]; ++z) {
+      for (uint y = 0; y < size[1]; ++y) {
+        for (uint x = 0; x < size[0]; ++x, ++index) {
+          t.in_group[0] = x;
+          t.in_group[1] = y;
+          t.in_group[2] = z;
+          t.grid[0] = static_cast<uint>(g[0] * d.group[0] + x);
+          t.grid[1] = static_cast<uint>(g[1] * d.group[1] + y);
+          t.grid[2] = static_cast<uint>(g[2] * d.group[2] + z);
+          t.index_in_group = index;
+          t.lane = index % kSimdWidth;
+          t.simd_index = index / kSimdWidth;
+          if (cooperative) {
+            infos.push_back(t);
+          } else {
+            body(t);
+          }
+        }
+      }
+    }
+    if (cooperative && !infos.empty()) scheduler->run_group(infos, kernel);
+  }
+}
+
+inline thread_local std::string last_error;
+
+// Runs the grid; returns 0, or -1 with last_error set.
+template <class Body>
+inline int launch(const Dispatch& d, bool cooperative, Body body) {
+  try {
+    const unsigned long total = groups_along(d.threads[0], d.group[0]) * groups_along(d.threads[1], d.group[1]) *
+                                groups_along(d.threads[2], d.group[2]);
+    const unsigned long threads = d.threads[0] * d.threads[1] * d.threads[2];
+    int workers = static_cast<int>(std::min<unsigned long>(std::max(d.workers, 1), total));
+    if (threads < 65536) workers = 1;  // not worth a thread
+    if (workers <= 1) {
+      run_groups(d, 0, total, cooperative, body);
+      return 0;
+    }
+    std::vector<std::thread> pool;
+    std::vector<std::exception_ptr> failures(workers);
+    for (int w = 0; w < workers; ++w) {
+      pool.emplace_back([&, w] {
+        try {
+          run_groups(d, total * w / workers, total * (w + 1) / workers, cooperative, body);
+        } catch (...) {
+          failures[w] = std::current_exception();
+        }
+      });
+    }
+    for (auto& t : pool) t.join();
+    for (auto& f : failures)
+      if (f) std::rethrow_exception(f);
+    return 0;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+  } catch (...) {
+    last_error = "unknown exception";
+  }
+  return -1;
+}
+
+// ---- binding kernel parameters ----
+
+template <class F> struct signature;
+template <class R, class... P> struct signature<R (*)(P...)> { using params = std::tuple<P...>; };
+template <auto F, int I> using param_t = std::tuple_element_t<I, typename signature<decltype(F)>::params>;
+
+template <class P> inline P from_buffer(void* pointer) {
+  if constexpr (std::is_pointer_v<P>) {
+    return static_cast<P>(pointer);
+  } else {
+    static_assert(std::is_reference_v<P>, "a buffer parameter must be a pointer or a reference");
+    return *static_cast<std::remove_reference_t<P>*>(pointer);
+  }
+}
+
+template <class P> inline P from_position(const uint (&v)[3]) {
+  using V = std::decay_t<P>;
+  if constexpr (metal::is_vector_v<V>) {
+    V r;
+    for (int i = 0; i < V::size; ++i) r.v[i] = typename V::element_type(v[i]);
+    return r;
+  } else {
+    return V(v[0]);
+  }
+}
+template <class P> inline P from_index(uint v) { return std::decay_t<P>(v); }
+
+}  // namespace shimkit_metal

@@ -1,0 +1,246 @@
+// Metal's synchronisation: threadgroup_barrier, simdgroup functions over 32 lanes, and atomics.
+#pragma once
+
+#include "runtime.h"
+
+namespace metal {
+
+enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4, mem_threadgroup_imageblock = 8 };
+inline mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(int(a) | int(b)); }
+
+inline void threadgroup_barrier(mem_flags = mem_flags::mem_none) { shimkit_metal::threadgroup_barrier_wait(); }
+
+namespace simd_detail {
+using shimkit_metal::Fiber;
+using shimkit_metal::kSimdWidth;
+using shimkit_metal::lane_value;
+using shimkit_metal::set_result;
+
+template <class T, class Op> void reduce(Fiber** lanes) {
+  bool have = false;
+  T acc{};
+  for (uint i = 0; i < kSimdWidth; ++i) {
+    if (!lanes[i]) continue;
+    T v = lane_value<T>(lanes[i]);
+    acc = have ? Op()(acc, v) : v;
+    have = true;
+  }
+  for (uint i = 0; i < kSimdWidth; ++i)
+    if (lanes[i]) set_result(lanes[i], acc);
+}
+template <class T, class Op, bool Inclusive> void prefix(Fiber** lanes, T identity) {
+  T acc = identity;
+  for (uint i = 0; i < kSimdWidth; ++i) {
+    if (!lanes[i]) continue;
+    T v = lane_value<T>(lanes[i]);
+    if (Inclusive) acc = Op()(acc, v);
+    set_result(lanes[i], acc);
+    if (!Inclusive) acc = Op()(acc, v);
+  }
+}
+template <class T> void broadcast(Fiber** lanes) {
+  for (uint i = 0; i < kSimdWidth; ++i) {
+    if (!lanes[i]) continue;
+    const long from = lanes[i]->argument;
+    const Fiber* source = (from >= 0 && from < long(kSimdWidth) && lanes[from]) ? lanes[from] : lanes[i];
+    set_result(lanes[i], lane_value<T>(source));
+  }
+}
+template <class T> void broadcast_first(Fiber** lanes) {
+  const Fiber* first = nullptr;
+  for (uint i = 0; i < kSimdWidth && !first; ++i) first = lanes[i];
+  for (uint i = 0; i < kSimdWidth; ++i)
+    if (lanes[i]) set_result(lanes[i], lane_value<T>(first));
+}
+// Lane i reads lane source(i, argument); an inactive or out-of-range source leaves the value unchanged.
+template <class T, long (*Source)(long, long)> void shuffle(Fiber** lanes) {
+  for (uint i = 0; i < kSimdWidth; ++i) {
+    if (!lanes[i]) continue;
+    const long from = Source(long(i), lanes[i]->argument);
+    const Fiber* source = (from >= 0 && from < long(kSimdWidth) && lanes[from]) ? lanes[from] : lanes[i];
+    set_result(lanes[i], lane_value<T>(source));
+  }
+}
+inline long source_at(long, long a) { return a; }
+inline long source_down(long i, long a) { return i + a; }
+inline long source_up(long i, long a) { return i - a; }
+inline long source_xor(long i, long a) { return i ^ a; }
+inline long source_rotate_down(long i, long a) { return (i + a) % long(kSimdWidth); }
+inline long source_rotate_up(long i, long a) { return ((i - a) % long(kSimdWidth) + long(kSimdWidth)) % long(kSimdWidth); }
+
+// and_fill: within segments of `modulo` lanes (argument = delta | modulo << 16), lanes shifted past the
+// segment's end (down) or start (up) read the fill value of the lane that far into the segment.
+template <class T, bool Down> void shuffle_fill(Fiber** lanes) {
+  for (uint i = 0; i < kSimdWidth; ++i) {
+    if (!lanes[i]) continue;
+    const long delta = lanes[i]->argument & 0xffff, width = lanes[i]->argument >> 16;
+    const long segment = long(i) - long(i) % width, at = long(i) % width;
+    const long shifted = Down ? at + delta : at - delta;
+    const bool inside = shifted >= 0 && shifted < width;
+    const long from = segment + (inside ? shifted : (Down ? shifted - width : shifted + width));
+    const Fiber* source = (from >= 0 && from < long(kSimdWidth) && lanes[from]) ? lanes[from] : lanes[i];
+    T value;
+    std::memcpy(static_cast<void*>(&value), inside ? source->value : source->fill, sizeof(T));
+    set_result(lanes[i], value);
+  }
+}
+inline void ballot(Fiber** lanes) {
+  unsigned long bits = 0;
+  for (uint i = 0; i < kSimdWidth; ++i)
+    if (lanes[i] && lane_value<unsigned long>(lanes[i])) bits |= 1ul << i;
+  for (uint i = 0; i < kSimdWidth; ++i)
+    if (lanes[i]) set_result(lanes[i], bits);
+}
+inline void active_mask(Fiber** lanes) {
+  unsigned long bits = 0;
+  for (uint i = 0; i < kSimdWidth; ++i)
+    if (lanes[i]) bits |= 1ul << i;
+  for (uint i = 0; i < kSimdWidth; ++i)
+    if (lanes[i]) set_result(lanes[i], bits);
+}
+struct plus { template <class T> T operator()(const T& a, const T& b) const { return a + b; } };
+struct times { template <class T> T operator()(const T& a, const T& b) const { return a * b; } };
+struct minimum { template <class T> T operator()(const T& a, const T& b) const { return metal::min(a, b); } };
+struct maximum { template <class T> T operator()(const T& a, const T& b) const { return metal::max(a, b); } };
+struct bit_and { template <class T> T operator()(const T& a, const T& b) const { return a & b; } };
+struct bit_or { template <class T> T operator()(const T& a, const T& b) const { return a | b; } };
+struct bit_xor { template <class T> T operator()(const T& a, const T& b) const { return a ^ b; } };
+template <class T, class Op, bool Inclusive, int Identity> void prefix_op(Fiber** lanes) { prefix<T, Op, Inclusive>(lanes, T(Identity)); }
+}  // namespace simd_detail
+
+#define SHIMKIT_SIMD_REDUCE(name, op)                                                              \
+  template <class T> inline T name(T v) {                                                           \
+    return shimkit_metal::simd_collective<T>(v, &simd_detail::reduce<T, simd_detail::op>);          \
+  }
+SHIMKIT_SIMD_REDUCE(simd_sum, plus)
+SHIMKIT_SIMD_REDUCE(simd_product, times)
+SHIMKIT_SIMD_REDUCE(simd_min, minimum)
+SHIMKIT_SIMD_REDUCE(simd_max, maximum)
+SHIMKIT_SIMD_REDUCE(simd_and, bit_and)
+SHIMKIT_SIMD_REDUCE(simd_or, bit_or)
+SHIMKIT_SIMD_REDUCE(simd_xor, bit_xor)
+#undef SHIMKIT_SIMD_REDUCE
+
+template <class T> inline T simd_prefix_inclusive_sum(T v) {
+  return shimkit_metal::simd_collective<T>(v, &simd_detail::prefix_op<T, simd_detail::plus, true, 0>);
+}
+template <class T> inline T simd_prefix_exclusive_sum(T v) {
+  return shimkit_metal::simd_collective<T>(v, &simd_detail::prefix_op<T, simd_detail::plus, false, 0>);
+}
+template <class T> inline T simd_prefix_inclusive_product(T v) {
+  return shimkit_metal::simd_collective<T>(v, &simd_detail::prefix_op<T, simd_detail::times, true, 1>);
+}
+template <class T> inline T simd_prefix_exclusive_product(T v) {
+  return shimkit_metal::simd_collective<T>(v, &simd_detail::prefix_op<T, simd_detail::times, false, 1>);
+}
+template <class T> inline T simd_broadcast(T v, ushort lane) {
+  return shimkit_metal::simd_collective<T>(v, &simd_detail::broadcast<T>, lane);
+}
+template <class T> inline T simd_broadcast_first(T v) {
+  return shimkit_metal::simd_collective<T>(v, &simd_detail::broadcast_first<T>);
+}
+#define SHIMKIT_SIMD_SHUFFLE(name, source)                                                         \
+  template <class T> inline T name(T v, ushort a) {                                                 \
+    return shimkit_metal::simd_collective<T>(v, &simd_detail::shuffle<T, &simd_detail::source>, a); \
+  }
+SHIMKIT_SIMD_SHUFFLE(simd_shuffle, source_at)
+SHIMKIT_SIMD_SHUFFLE(simd_shuffle_down, source_down)
+SHIMKIT_SIMD_SHUFFLE(simd_shuffle_up, source_up)
+SHIMKIT_SIMD_SHUFFLE(simd_shuffle_xor, source_xor)
+SHIMKIT_SIMD_SHUFFLE(simd_shuffle_rotate_down, source_rotate_down)
+SHIMKIT_SIMD_SHUFFLE(simd_shuffle_rotate_up, source_rotate_up)
+#undef SHIMKIT_SIMD_SHUFFLE
+template <class T> inline T simd_shuffle_and_fill_down(T data, T fill, ushort delta, ushort modulo = 32) {
+  return shimkit_metal::simd_collective<T>(data, &simd_detail::shuffle_fill<T, true>, long(delta) | (long(modulo) << 16), &fill);
+}
+template <class T> inline T simd_shuffle_and_fill_up(T data, T fill, ushort delta, ushort modulo = 32) {
+  return shimkit_metal::simd_collective<T>(data, &simd_detail::shuffle_fill<T, false>, long(delta) | (long(modulo) << 16), &fill);
+}
+
+struct simd_vote {
+  using vote_t = unsigned long;
+  vote_t bits;
+  explicit simd_vote(vote_t b = 0) : bits(b) {}
+  explicit operator vote_t() const { return bits; }
+  bool all() const { return bits == active; }
+  bool any() const { return bits != 0; }
+  vote_t active = 0;
+};
+inline simd_vote simd_ballot(bool predicate) {
+  unsigned long active = shimkit_metal::simd_collective<unsigned long>(0ul, &simd_detail::active_mask);
+  simd_vote vote(shimkit_metal::simd_collective<unsigned long>(predicate ? 1ul : 0ul, &simd_detail::ballot));
+  vote.active = active;
+  return vote;
+}
+inline bool simd_any(bool predicate) { return simd_ballot(predicate).any(); }
+inline bool simd_all(bool predicate) { return simd_ballot(predicate).all(); }
+inline simd_vote simd_active_threads_mask() {
+  simd_vote vote(shimkit_metal::simd_collective<unsigned long>(0ul, &simd_detail::active_mask));
+  vote.active = vote.bits;
+  return vote;
+}
+inline bool simd_is_first() {
+  unsigned long active = shimkit_metal::simd_collective<unsigned long>(0ul, &simd_detail::active_mask);
+  return shimkit_metal::current_fiber->info.lane == uint(__builtin_ctzl(active));
+}
+inline void simdgroup_barrier(mem_flags = mem_flags::mem_none) {
+  shimkit_metal::simd_collective<unsigned long>(0ul, &simd_detail::active_mask);
+}
+
+// ---- atomics ----
+enum memory_order { memory_order_relaxed = __ATOMIC_RELAXED, memory_order_seq_cst = __ATOMIC_SEQ_CST };
+
+template <class T> struct _atomic {
+  T value;
+};
+template <class T> using atomic = _atomic<T>;
+using atomic_int = _atomic<int>;
+using atomic_uint = _atomic<uint>;
+using atomic_float = _atomic<float>;
+using atomic_bool = _atomic<bool>;
+using atomic_long = _atomic<long>;
+using atomic_ulong = _atomic<ulong>;
+
+template <class T> inline void atomic_store_explicit(_atomic<T>* a, T v, memory_order) {
+  __atomic_store(&a->value, &v, __ATOMIC_SEQ_CST);
+}
+template <class T> inline T atomic_load_explicit(const _atomic<T>* a, memory_order) {
+  T v;
+  __atomic_load(&a->value, &v, __ATOMIC_SEQ_CST);
+  return v;
+}
+template <class T> inline T atomic_exchange_explicit(_atomic<T>* a, T v, memory_order) {
+  T old;
+  __atomic_exchange(&a->value, &v, &old, __ATOMIC_SEQ_CST);
+  return old;
+}
+template <class T>
+inline bool atomic_compare_exchange_weak_explicit(_atomic<T>* a, T* expected, T desired, memory_order, memory_order) {
+  return __atomic_compare_exchange(&a->value, expected, &desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+template <class T>
+inline bool atomic_compare_exchange_strong_explicit(_atomic<T>* a, T* expected, T desired, memory_order, memory_order) {
+  return atomic_compare_exchange_weak_explicit(a, expected, desired, memory_order_relaxed, memory_order_relaxed);
+}
+template <class T, class F> inline T atomic_update(_atomic<T>* a, F f) {
+  T old;
+  __atomic_load(&a->value, &old, __ATOMIC_SEQ_CST);
+  T desired = f(old);
+  while (!__atomic_compare_exchange(&a->value, &old, &desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) desired = f(old);
+  return old;
+}
+#define SHIMKIT_ATOMIC_FETCH(name, expr)                                                           \
+  template <class T, class U> inline T atomic_fetch_##name##_explicit(_atomic<T>* a, U operand, memory_order) { \
+    const T v = T(operand);                                                                         \
+    return atomic_update(a, [v](T old) { return T(expr); });                                        \
+  }
+SHIMKIT_ATOMIC_FETCH(add, old + v)
+SHIMKIT_ATOMIC_FETCH(sub, old - v)
+SHIMKIT_ATOMIC_FETCH(and, old & v)
+SHIMKIT_ATOMIC_FETCH(or, old | v)
+SHIMKIT_ATOMIC_FETCH(xor, old ^ v)
+SHIMKIT_ATOMIC_FETCH(min, v < old ? v : old)
+SHIMKIT_ATOMIC_FETCH(max, old < v ? v : old)
+#undef SHIMKIT_ATOMIC_FETCH
+
+}  // namespace metal

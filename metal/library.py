@@ -1,0 +1,269 @@
+"""Compiled MSL libraries and their kernels, called as ``torch.mps.compile_shader``'s are.
+
+A library is the front end's C++ (``frontend.py``) plus shimkit's ``metal_stdlib``, compiled by the host
+C++ compiler into a shared library cached by the digest of everything that went into it, and loaded with
+``ctypes``. A kernel call binds its arguments as torch binds them to a Metal compute encoder
+(``torch/csrc/mps/Module.cpp``): tensors as buffers, in argument order, written in place; Python floats
+as 32-bit floats, ints and bools as 64-bit longs, lists as arrays; ``arg_casts`` converts scalars.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import shlex
+import struct
+import subprocess
+import sysconfig
+import threading
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from shimkit.csrc.build import SANITIZER_FLAGS, build_dir
+from shimkit.metal.frontend import KernelInfo, Translation, launchers, translate
+
+INCLUDE_DIR = Path(__file__).resolve().parent / "include"
+TORCH_INCLUDE = Path(torch.__file__).resolve().parent / "include"
+MAX_THREADS_PER_THREADGROUP = 1024
+THREAD_EXECUTION_WIDTH = 32
+CASTS = {"fp16": torch.float16, "bf16": torch.bfloat16, "int32": torch.int32, "int16": torch.int16,
+         "int8": torch.int8, "uint8": torch.uint8}
+FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-strict-aliasing", "-w",
+         "-pthread")
+
+
+class MetalCompileError(RuntimeError):
+    """The host compiler rejected the MSL; the message quotes it with the MSL line."""
+
+
+class Dispatch(ctypes.Structure):
+    _fields_ = [("threads", ctypes.c_ulong * 3), ("group", ctypes.c_ulong * 3), ("workers", ctypes.c_int)]
+
+
+_lock = threading.Lock()
+_compiled: dict[tuple[str, bool], tuple[ctypes.CDLL, Translation]] = {}
+
+
+def _headers_digest() -> str:
+    digest = hashlib.sha256()
+    for header in sorted(INCLUDE_DIR.rglob("*")):
+        if header.is_file():
+            digest.update(header.name.encode() + header.read_bytes())
+    return digest.hexdigest()
+
+
+def compile_library(source: str, *, sanitize: bool | None = None) -> tuple[ctypes.CDLL, Translation]:
+    """The loaded library for ``source`` and its translation, compiled once per process and cached on disk."""
+    if not isinstance(source, str):
+        raise TypeError(f"compile_shader expects the MSL source as a str, got {type(source).__name__}")
+    sanitize = os.environ.get("SHIMKIT_SANITIZE") == "1" if sanitize is None else sanitize
+    key = (source, sanitize)
+    with _lock:
+        if key in _compiled:
+            return _compiled[key]
+        translation = translate(source, TORCH_INCLUDE)
+        cpp = f'#include "metal_stdlib"\n{translation.cpp}{launchers(translation)}'
+        compiler = shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")
+        flags = list(FLAGS) + (list(SANITIZER_FLAGS) if sanitize else [])
+        digest = hashlib.sha256("\0".join([*compiler, *flags, _headers_digest(), cpp]).encode()).hexdigest()[:20]
+        folder = build_dir() / "metal" / digest
+        library_path = folder / "library.so"
+        if not library_path.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            source_path = folder / "library.cpp"
+            source_path.write_text(cpp)
+            partial = folder / f"library.{os.getpid()}.{threading.get_ident()}.tmp"
+            done = subprocess.run([*compiler, *flags, f"-I{INCLUDE_DIR}", str(source_path), "-o", str(partial)],
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                raise MetalCompileError(_compile_message(done.stderr, source))
+            os.replace(partial, library_path)
+        library = ctypes.CDLL(str(library_path))
+        _compiled[key] = (library, translation)
+        return library, translation
+
+
+def _compile_message(stderr: str, source: str) -> str:
+    lines = source.split("\n")
+    errors = [line for line in stderr.splitlines() if ": error:" in line or ": fatal error:" in line]
+    quoted = []
+    for error in errors[:5]:
+        quoted.append(error)
+        where = re.match(r"<msl>:(\d+):", error)
+        if where and 0 < int(where.group(1)) <= len(lines):
+            number = int(where.group(1))
+            quoted.append(f"  {number:5} | {lines[number - 1]}")
+    body = "\n".join(quoted) if quoted else stderr.strip()[-4000:]
+    return f"compile_shader: the MSL did not compile:\n{body}"
+
+
+class MetalKernel:
+    """One kernel of a :class:`ShaderLibrary`: ``kernel(*args, threads=None, group_size=None, arg_casts=None)``."""
+
+    def __init__(self, library: ctypes.CDLL, info: KernelInfo, index: int) -> None:
+        self._info = info
+        self._launch = getattr(library, f"shimkit_launch_{index}")
+        self._launch.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(Dispatch)]
+        self._launch.restype = ctypes.c_int
+        threadgroup_bytes = getattr(library, f"shimkit_tg_{index}")
+        threadgroup_bytes.restype = ctypes.c_ulong
+        self._static_memory = int(threadgroup_bytes())
+        self._last_error = library.shimkit_last_error
+        self._last_error.restype = ctypes.c_char_p
+
+    @property
+    def max_threads_per_threadgroup(self) -> int:
+        return min(MAX_THREADS_PER_THREADGROUP, self._info.max_threads or MAX_THREADS_PER_THREADGROUP)
+
+    @property
+    def thread_execution_width(self) -> int:
+        return THREAD_EXECUTION_WIDTH
+
+    @property
+    def static_thread_group_memory_length(self) -> int:
+        return self._static_memory
+
+    def __repr__(self) -> str:
+        return f"<shimkit.metal kernel {self._info.name!r}: {self._info.buffers} buffers>"
+
+    def __call__(self, *args: Any, threads: int | Sequence[int] | None = None,
+                 group_size: int | Sequence[int] | None = None,
+                 arg_casts: str | Mapping[int, str] | None = None) -> None:
+        name = self._info.name
+        if len(args) != self._info.buffers:
+            raise TypeError(f"kernel {name!r} takes {self._info.buffers} buffer argument(s), got {len(args)}")
+        casts = _casts(name, arg_casts, len(args))
+        keep: list[Any] = []
+        pointers = (ctypes.c_void_p * max(1, len(args)))()
+        first_numel = None
+        for index, arg in enumerate(args):
+            if isinstance(arg, torch.Tensor):
+                _check_tensor(name, index, arg)
+                if first_numel is None:
+                    first_numel = arg.numel()
+                pointers[index] = arg.data_ptr() or None
+                keep.append(arg)
+            else:
+                storage = _scalar_bytes(name, index, arg, casts.get(index))
+                buffer = ctypes.create_string_buffer(storage, max(len(storage), 1))
+                keep.append(buffer)
+                pointers[index] = ctypes.addressof(buffer)
+        if threads is None:
+            if first_numel is None:
+                raise ValueError(f"kernel {name!r}: no tensor argument to take `threads` from; pass threads=")
+            threads = first_numel
+        grid = _dims("threads", threads)
+        limit = self.max_threads_per_threadgroup
+        if group_size is None:
+            group = [min(max(grid[0], 1), limit)] + [1] * (len(grid) - 1)
+        else:
+            group = _dims("group_size", group_size)
+            if len(group) != len(grid):
+                raise ValueError(f"group_size has {len(group)} entries but threads has {len(grid)}; give the same "
+                                 f"number")
+            if any(g <= 0 for g in group):
+                raise ValueError(f"group_size entries must be positive, got {group}")
+        total = 1
+        for g in group:
+            total *= g
+        if total > limit:
+            raise ValueError(f"kernel {name!r}: a threadgroup of {total} threads exceeds its "
+                             f"max_threads_per_threadgroup ({limit})")
+        dispatch = Dispatch((ctypes.c_ulong * 3)(*(grid + [1] * (3 - len(grid)))),
+                            (ctypes.c_ulong * 3)(*(group + [1] * (3 - len(group)))), os.cpu_count() or 1)
+        if self._launch(pointers, ctypes.byref(dispatch)) != 0:
+            raise RuntimeError(f"kernel {name!r} failed: {self._last_error().decode()}")
+
+
+def _check_tensor(name: str, index: int, tensor: torch.Tensor) -> None:
+    if tensor.device.type != "cpu":
+        raise ValueError(f"kernel {name!r}: argument {index} is a {tensor.device.type} tensor; shimkit.metal runs "
+                         f"kernels on the CPU, pass a cpu tensor")
+    if not tensor.is_contiguous():
+        raise ValueError(f"kernel {name!r}: argument {index} is not contiguous (strides {tensor.stride()} for shape "
+                         f"{tuple(tensor.shape)}); a Metal buffer is dense memory, pass .contiguous()")
+    if tensor.is_complex() or tensor.dtype == torch.float64:
+        raise ValueError(f"kernel {name!r}: argument {index} has dtype {tensor.dtype}, which Metal has no type for")
+
+
+def _casts(name: str, arg_casts: str | Mapping[int, str] | None, count: int) -> dict[int, torch.dtype]:
+    if arg_casts is None:
+        return {}
+    if isinstance(arg_casts, str):
+        return {index: _cast(name, arg_casts) for index in range(count)}
+    if isinstance(arg_casts, Mapping):
+        return {int(index): _cast(name, cast) for index, cast in arg_casts.items()}
+    raise TypeError(f"arg_casts must be a dtype name or a dict {{index: name}}, got {type(arg_casts).__name__}")
+
+
+def _cast(name: str, cast: str) -> torch.dtype:
+    if cast not in CASTS:
+        raise ValueError(f"kernel {name!r}: unknown arg_casts dtype {cast!r} (expected one of {', '.join(CASTS)})")
+    return CASTS[cast]
+
+
+def _scalar_bytes(name: str, index: int, value: Any, cast: torch.dtype | None) -> bytes:
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ValueError(f"kernel {name!r}: argument {index} is an empty list; Metal cannot bind an empty array")
+        values = list(value)
+    elif isinstance(value, (bool, int, float)):
+        values = [value]
+    else:
+        raise TypeError(f"kernel {name!r}: argument {index} is a {type(value).__name__}; expected a tensor, a float, "
+                        f"an int, a bool or a list of numbers")
+    if not all(isinstance(v, (bool, int, float)) for v in values):
+        raise TypeError(f"kernel {name!r}: argument {index} holds a non-number")
+    if cast is not None:
+        return torch.tensor(values, dtype=torch.float64 if isinstance(values[0], float) else torch.int64).to(
+            cast).numpy().tobytes() if cast != torch.bfloat16 else torch.tensor(values, dtype=torch.float32).to(
+            torch.bfloat16).view(torch.int16).numpy().tobytes()
+    if isinstance(values[0], float):
+        return struct.pack(f"<{len(values)}f", *values)
+    return struct.pack(f"<{len(values)}q", *(int(v) for v in values))
+
+
+def _dims(label: str, value: int | Sequence[int]) -> list[int]:
+    dims = [value] if isinstance(value, int) else list(value)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        raise ValueError(f"{label} must be an int or 1 to 3 ints, got {value!r}")
+    if any(d < 0 for d in dims):
+        raise ValueError(f"{label} entries must not be negative, got {dims}")
+    return dims
+
+
+class ShaderLibrary:
+    """The kernels of one MSL source, as attributes (``lib.my_kernel``); ``dir(lib)`` lists them."""
+
+    def __init__(self, source: str) -> None:
+        library, translation = compile_library(source)
+        self._kernels = {name: MetalKernel(library, info, index)
+                         for index, (name, info) in enumerate(translation.kernels.items())}
+
+    def __getattr__(self, name: str) -> MetalKernel:
+        kernels = self.__dict__.get("_kernels", {})
+        if name in kernels:
+            return kernels[name]
+        raise AttributeError(f"the shader library has no kernel {name!r} (kernels: {', '.join(sorted(kernels))})")
+
+    def __dir__(self) -> list[str]:
+        return sorted(self._kernels)
+
+
+def compile_shader(source: str) -> ShaderLibrary:
+    """Compiles MSL ``source`` for the CPU, as ``torch.mps.compile_shader`` compiles it for the GPU.
+
+    >>> lib = compile_shader('''
+    ... kernel void fill(device float* out, constant float& value, uint i [[thread_position_in_grid]]) {
+    ...   out[i] = value;
+    ... }''')
+    >>> x = torch.zeros(4)
+    >>> lib.fill(x, 2.5)
+    >>> x.tolist()
+    [2.5, 2.5, 2.5, 2.5]
+    """
+    return ShaderLibrary(source)
