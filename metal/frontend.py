@@ -18,7 +18,7 @@ headers cannot, keeping every line where it was so compiler messages point at th
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 # Attributes that bind a kernel parameter to a thread coordinate; the value is the runtime's field.
@@ -81,9 +81,7 @@ class KernelInfo:
     buffers: int
     cooperative: bool
     max_threads: int | None
-    threadgroup_sizes: list[str] = field(default_factory=list)   # sizeof expressions
-    template_header: str = ""
-    template_arguments: str = ""
+    threadgroup_bytes: str = ""    # the C++ function returning its static threadgroup memory
 
 
 @dataclass
@@ -167,15 +165,19 @@ def embed_headers(source: str, include_root: Path, seen: set[str] | None = None,
         target = include.group(1)
         path = include_root / target
         if not target.startswith("c10/metal/") or not path.is_file():
-            raise MetalSourceError(f"{name}:{number}: #include <{target}> is not available to shimkit.metal "
-                                   f"(it provides <metal_stdlib> and torch's <c10/metal/...> headers)")
+            # An #error rather than a Python error: the line may sit in a branch the preprocessor drops
+            # (c10's headers include <array> when not compiled as Metal).
+            out.append(f'#error "#include <{target}> is not available to shimkit.metal (it provides '
+                       f'<metal_stdlib> and torch\'s <c10/metal/...> headers)"')
+            continue
         if target in seen:
             out.append("")
             continue
         seen.add(target)
         pasted = embed_headers(path.read_text(), include_root, seen, target)
         out.append(f'#line 1 "{target}"\n{pasted}\n#line {number + 1} "{name}"')
-    return "\n".join(out)
+    text = "\n".join(out)
+    return f'#line 1 "{name}"\n{text}' if name == "<msl>" else text
 
 
 def check_supported(parsed: str) -> None:
@@ -224,13 +226,28 @@ def reaches_sync(name: str, bodies: dict[str, list[str]], cache: dict[str, bool]
     return False
 
 
-KERNEL = re.compile(r"(?P<attrs>(?:\[\[[^\]]*\]\]\s*)*)\bkernel\s+void\s+(?P<name>[A-Za-z_]\w*)\s*(?P<targs><[^;(){}]*?>)?\s*\(")
+KERNEL = re.compile(r"(?P<attrs>(?:\[\[[^\]]*\]\]\s*)*)\bkernel\s+void\s+"
+                    r"(?P<name>(?:::\s*)?(?:[A-Za-z_]\w*\s*::\s*)*[A-Za-z_]\w*)\s*(?P<targs><[^;(){}]*?>)?\s*\(")
 TEMPLATE_HEADER = re.compile(r"template\s*<[^;{}]*>\s*$")
+LINE_MARKER = re.compile(r'^#\s*(\d+)\s+"([^"]*)"', re.M)
 
 
-def translate(source: str, include_root: Path) -> Translation:
-    """The C++ for ``source`` (without shimkit's prelude), and what each kernel takes."""
-    text = embed_headers(source, include_root)
+def location(text: str, offset: int) -> str:
+    """``file:line`` of ``offset`` in preprocessed text, read from the preprocessor's line markers."""
+    marker = None
+    for marker in LINE_MARKER.finditer(text, 0, offset):
+        pass
+    if marker is None:
+        return f"<msl>:{line_of(text, offset)}"
+    return f"{marker.group(2)}:{int(marker.group(1)) + text.count(chr(10), marker.end(), offset) - 1}"
+
+
+def translate(text: str) -> Translation:
+    """The C++ for preprocessed MSL ``text`` (without shimkit's prelude), and what each kernel takes.
+
+    The text comes from the C preprocessor, so kernels that macros declare or instantiate are visible;
+    its line markers keep messages pointing at the MSL line. Each kernel's exported launcher is written
+    where the kernel is defined (or instantiated), on the same line, so it sees the same names."""
     parsed = blank_comments(text)
     check_supported(parsed)
     edits: list[tuple[int, int, str]] = []
@@ -240,32 +257,46 @@ def translate(source: str, include_root: Path) -> Translation:
     sync_cache: dict[str, bool] = {}
 
     for match in KERNEL.finditer(parsed):
-        name = match.group("name")
+        qualified = re.sub(r"\s+", "", match.group("name"))
+        name = qualified.rsplit("::", 1)[-1]
+        where = location(text, match.start())
         open_paren = match.end() - 1
         close = matching(parsed, open_paren, "(", ")")
-        params_text = parsed[open_paren + 1:close - 1]
         after = parsed[close:].lstrip()
         prefix = parsed[:match.start()]
         template = TEMPLATE_HEADER.search(prefix.rstrip() + "\n") if prefix.rstrip().endswith(">") else None
         instantiation = re.search(r"\btemplate\s*$", prefix)
         max_threads = re.search(r"max_total_threads_per_threadgroup\s*\(\s*(\d+)\s*\)", match.group("attrs"))
         if instantiation is not None and after.startswith(";"):
-            host = re.search(r'host_name\s*\(\s*"', text[instantiation.start():match.end()])
+            host = re.search(r'host_name\s*\(((?:\s*"[^"]*")+)\s*\)', text[instantiation.start():match.end()])
             if host is None:
-                raise MetalSourceError(f"line {line_of(parsed, match.start())}: explicit instantiation of "
-                                       f"kernel {name} has no [[host_name(\"...\")]]")
-            host_start = instantiation.start() + host.end()
-            host_name = text[host_start:text.index('"', host_start)]
+                raise MetalSourceError(f"{where}: explicit instantiation of kernel {name} has no "
+                                       f"[[host_name(\"...\")]]")
+            host_name = "".join(re.findall(r'"([^"]*)"', host.group(1)))
+            definition = definitions.get(name)
+            if definition is None:
+                raise MetalSourceError(f"{where}: kernel template {name} instantiated as {host_name!r} is not "
+                                       f"defined before it")
+            targs = re.sub(r"\s+", " ", text[match.start("targs"):match.end("targs")]) if match.group("targs") else ""
+            scope = qualified[:-len(name)]  # "" or "::c10::metal::": the launcher sits where the instantiation was
+            kernel = _kernel(host_name, f"{scope}{name}{targs}", definition, max_threads, f"{scope}shimkit_tg_of_{name}{targs}")
+            _add(kernels, kernel, where)
             end = parsed.index(";", close) + 1
-            edits.append((instantiation.start(), end, _blank(text[instantiation.start():end])))
-            definitions.setdefault("instances", []).append(
-                (host_name, name, (match.group("targs") or "").strip(), max_threads))
+            edits.append((instantiation.start(), end, _blank(text[instantiation.start():end],
+                                                              launcher(kernel, len(kernels) - 1))))
             continue
+        # `[[attrs]] kernel void f(` -> `static void f(`, attributes inside the parameter list blanked.
+        edits.append((match.start(), match.start("name"), _blank(text[match.start():match.start("name")],
+                                                                 "static void ")))
+        for attribute in re.finditer(r"\[\[[^\]]*\]\]", parsed[open_paren:close]):
+            a, b = open_paren + attribute.start(), open_paren + attribute.end()
+            edits.append((a, b, " " * (b - a)))
+        if after.startswith(";"):
+            continue  # a declaration; the definition follows
         if not after.startswith("{"):
-            raise MetalSourceError(f"line {line_of(parsed, match.start())}: kernel {name} is declared but not defined")
+            raise MetalSourceError(f"{where}: cannot read kernel {name}")
         body_start = close + (len(parsed[close:]) - len(after))
         body_end = matching(parsed, body_start, "{", "}")
-        parameters = _parameters(name, params_text, parsed, open_paren)
         threadgroup_sizes = []
         for decl in re.finditer(r"\bthreadgroup\s+([A-Za-z_][\w:<>, ]*?)\s+([A-Za-z_]\w*)\s*((?:\[[^\]]*\]\s*)*);",
                                 parsed[body_start:body_end]):
@@ -273,32 +304,32 @@ def translate(source: str, include_root: Path) -> Translation:
             edits.append((start, start + len("threadgroup"), "static thread_local"))
             threadgroup_sizes.append(f"sizeof({decl.group(1)}{decl.group(3).replace(' ', '')})")
         header = template.group(0).strip() if template else ""
-        definitions[name] = dict(parameters=parameters, max_threads=max_threads, template=header,
-                                 cooperative=reaches_sync(name, bodies, sync_cache) or
-                                 any(SYNC_FUNCTIONS.match(c.group(1)) for c in
-                                     IDENTIFIER_CALL.finditer(parsed[body_start:body_end])),
-                                 threadgroup_sizes=threadgroup_sizes)
-        # `[[attrs]] kernel void f(` -> `static void f(`, attributes inside the parameter list blanked.
-        edits.append((match.start(), match.start("name"), _blank(text[match.start():match.start("name")],
-                                                                 "static void ")))
-        for attribute in re.finditer(r"\[\[[^\]]*\]\]", parsed[open_paren:close]):
-            a, b = open_paren + attribute.start(), open_paren + attribute.end()
-            edits.append((a, b, " " * (b - a)))
+        definition = dict(parameters=_parameters(name, parsed[open_paren + 1:close - 1], where),
+                          max_threads=max_threads, cooperative=reaches_sync(name, bodies, sync_cache) or any(
+                              SYNC_FUNCTIONS.match(c.group(1)) for c in
+                              IDENTIFIER_CALL.finditer(parsed[body_start:body_end])))
+        definitions[name] = definition
+        sizes = " + ".join(f"(({size} + 15) / 16 * 16)" for size in threadgroup_sizes) or "0"
+        after_body = f" {header} unsigned long shimkit_tg_of_{name}() {{ return {sizes}; }}"
         if not header:
-            kernels[name] = _kernel(name, name, definitions[name], max_threads, "")
+            kernel = _kernel(name, name, definition, max_threads, f"shimkit_tg_of_{name}")
+            _add(kernels, kernel, where)
+            after_body += " " + launcher(kernel, len(kernels) - 1)
+        edits.append((body_end, body_end, after_body))
 
-    for host_name, name, targs, max_threads in definitions.pop("instances", []):
-        definition = definitions.get(name)
-        if definition is None:
-            raise MetalSourceError(f"kernel template {name} instantiated as {host_name!r} is not defined")
-        kernels[host_name] = _kernel(host_name, f"{name}{targs}", definition, max_threads, targs)
-
-    for a, b, replacement in sorted(edits, reverse=True):
+    for a, b, replacement in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         text = text[:a] + replacement + text[b:]
     text = HALF_LITERAL.sub(lambda m: f"half({m.group(1)}f)" if "." in m.group(1) or "e" in m.group(1).lower()
                             else f"half({m.group(1)}.0f)", text)
     text = SWIZZLE.sub(_swizzle, text)
-    return Translation(cpp=f'#line 1 "<msl>"\n{text}\n', kernels=kernels)
+    errors = "SHIMKIT_EXPORT const char* shimkit_last_error() { return ::shimkit_metal::last_error.c_str(); }"
+    return Translation(cpp=f"{text}\n{errors}\n", kernels=kernels)
+
+
+def _add(kernels: dict[str, KernelInfo], kernel: KernelInfo, where: str) -> None:
+    if kernel.name in kernels:
+        raise MetalSourceError(f"{where}: two kernels are named {kernel.name!r}")
+    kernels[kernel.name] = kernel
 
 
 def _blank(original: str, replacement: str = "") -> str:
@@ -306,7 +337,7 @@ def _blank(original: str, replacement: str = "") -> str:
     return replacement + "\n" * original.count("\n")
 
 
-def _parameters(kernel: str, params_text: str, parsed: str, offset: int) -> list[Parameter]:
+def _parameters(kernel: str, params_text: str, where: str) -> list[Parameter]:
     parameters: list[Parameter] = []
     used: set[int] = set()
     pending = []
@@ -325,18 +356,18 @@ def _parameters(kernel: str, params_text: str, parsed: str, offset: int) -> list
                 field_name = INDEX_ATTRIBUTES[attribute]
                 kind, binding = ("constant", "32") if field_name is None else ("index", field_name)
             else:
-                raise MetalSourceError(f"line {line_of(parsed, offset)}: kernel {kernel}: parameter "
+                raise MetalSourceError(f"{where}: kernel {kernel}: parameter "
                                        f"{declaration!r} has attribute [[{attribute}]], which shimkit.metal "
                                        f"does not support")
         if kind == "buffer" and not re.search(r"[*&]", declaration):
-            raise MetalSourceError(f"line {line_of(parsed, offset)}: kernel {kernel}: parameter {declaration!r} "
+            raise MetalSourceError(f"{where}: kernel {kernel}: parameter {declaration!r} "
                                    f"is neither a buffer (pointer or reference) nor bound to a thread attribute")
         parameter = Parameter(declaration, kind, binding if binding is not None else -1)
         if kind == "buffer":
             if binding is None:
                 pending.append(parameter)
             elif binding in used:
-                raise MetalSourceError(f"line {line_of(parsed, offset)}: kernel {kernel}: two parameters use "
+                raise MetalSourceError(f"{where}: kernel {kernel}: two parameters use "
                                        f"[[buffer({binding})]]")
             else:
                 used.add(int(binding))
@@ -353,42 +384,30 @@ def _parameters(kernel: str, params_text: str, parsed: str, offset: int) -> list
     return parameters
 
 
-def _kernel(name: str, function: str, definition: dict, max_threads, targs: str) -> KernelInfo:
+def _kernel(name: str, function: str, definition: dict, max_threads, threadgroup_bytes: str) -> KernelInfo:
     limit = max_threads or definition["max_threads"]
     buffers = sum(1 for p in definition["parameters"] if p.kind == "buffer")
     return KernelInfo(name=name, function=function, parameters=definition["parameters"], buffers=buffers,
                       cooperative=definition["cooperative"], max_threads=int(limit.group(1)) if limit else None,
-                      threadgroup_sizes=definition["threadgroup_sizes"], template_header=definition["template"],
-                      template_arguments=targs)
+                      threadgroup_bytes=threadgroup_bytes)
 
 
-def launchers(translation: Translation) -> str:
-    """The exported C entry points: per kernel, a launcher and its threadgroup memory size."""
-    out = ["\n#line 1 \"<shimkit launchers>\""]
-    for index, kernel in enumerate(translation.kernels.values()):
-        arguments = []
-        for position, parameter in enumerate(kernel.parameters):
-            param = f"shimkit_metal::param_t<F, {position}>"
-            if parameter.kind == "buffer":
-                arguments.append(f"shimkit_metal::from_buffer<{param}>(args[{parameter.binding}])")
-            elif parameter.kind == "position":
-                arguments.append(f"shimkit_metal::from_position<{param}>(t.{parameter.binding})")
-            elif parameter.kind == "index":
-                arguments.append(f"shimkit_metal::from_index<{param}>(t.{parameter.binding})")
-            else:
-                arguments.append(f"shimkit_metal::from_index<{param}>({parameter.binding})")
-        cooperative = "true" if kernel.cooperative else "false"
-        out.append(
-            f"SHIMKIT_EXPORT int shimkit_launch_{index}(void** args, const shimkit_metal::Dispatch* d) {{\n"
-            f"  constexpr auto F = &{kernel.function};\n"
-            f"  return shimkit_metal::launch(*d, {cooperative}, [&](const shimkit_metal::ThreadInfo& t) "
-            f"{{ F({', '.join(arguments)}); }});\n}}")
-        sizes = " + ".join(f"(({s} + 15) / 16 * 16)" for s in kernel.threadgroup_sizes) or "0"
-        if kernel.template_header:
-            out.append(f"{kernel.template_header} unsigned long shimkit_tg_{index}_of() {{ return {sizes}; }}")
-            out.append(f"SHIMKIT_EXPORT unsigned long shimkit_tg_{index}() {{ return shimkit_tg_{index}_of"
-                       f"{kernel.template_arguments}(); }}")
+def launcher(kernel: KernelInfo, index: int) -> str:
+    """The exported entry points of one kernel, on one line: its launcher and its threadgroup memory size."""
+    arguments = []
+    for position, parameter in enumerate(kernel.parameters):
+        param = f"::shimkit_metal::param_t<F, {position}>"
+        if parameter.kind == "buffer":
+            arguments.append(f"::shimkit_metal::from_buffer<{param}>(args[{parameter.binding}])")
+        elif parameter.kind == "position":
+            arguments.append(f"::shimkit_metal::from_position<{param}>(t.{parameter.binding})")
+        elif parameter.kind == "index":
+            arguments.append(f"::shimkit_metal::from_index<{param}>(t.{parameter.binding})")
         else:
-            out.append(f"SHIMKIT_EXPORT unsigned long shimkit_tg_{index}() {{ return {sizes}; }}")
-    out.append('SHIMKIT_EXPORT const char* shimkit_last_error() { return shimkit_metal::last_error.c_str(); }')
-    return "\n".join(out) + "\n"
+            arguments.append(f"::shimkit_metal::from_index<{param}>({parameter.binding})")
+    cooperative = "true" if kernel.cooperative else "false"
+    return (f"SHIMKIT_EXPORT int shimkit_launch_{index}(void** args, const ::shimkit_metal::Dispatch* d) {{ "
+            f"constexpr auto F = &{kernel.function}; "
+            f"return ::shimkit_metal::launch(*d, {cooperative}, [&](const ::shimkit_metal::ThreadInfo& t) "
+            f"{{ F({', '.join(arguments)}); }}); }} "
+            f"SHIMKIT_EXPORT unsigned long shimkit_tg_{index}() {{ return {kernel.threadgroup_bytes}(); }}")

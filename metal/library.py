@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from shimkit.csrc.build import SANITIZER_FLAGS, build_dir
-from shimkit.metal.frontend import KernelInfo, Translation, launchers, translate
+from shimkit.metal.frontend import KernelInfo, Translation, embed_headers, translate
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 TORCH_INCLUDE = Path(torch.__file__).resolve().parent / "include"
@@ -32,12 +32,13 @@ MAX_THREADS_PER_THREADGROUP = 1024
 THREAD_EXECUTION_WIDTH = 32
 CASTS = {"fp16": torch.float16, "bf16": torch.bfloat16, "int32": torch.int32, "int16": torch.int16,
          "int8": torch.int8, "uint8": torch.uint8}
-FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-strict-aliasing", "-w",
+FLAGS = ("-std=c++20", "-O2", "-fsingle-precision-constant", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-strict-aliasing", "-w",
          "-pthread")
 
 
-class MetalCompileError(RuntimeError):
-    """The host compiler rejected the MSL; the message quotes it with the MSL line."""
+class MetalCompileError(SyntaxError):
+    """The host compiler rejected the MSL; the message quotes it with the MSL line. A ``SyntaxError``, as
+    ``torch.mps.compile_shader`` raises for MSL that does not compile."""
 
 
 class Dispatch(ctypes.Structure):
@@ -65,9 +66,9 @@ def compile_library(source: str, *, sanitize: bool | None = None) -> tuple[ctype
     with _lock:
         if key in _compiled:
             return _compiled[key]
-        translation = translate(source, TORCH_INCLUDE)
-        cpp = f'#include "metal_stdlib"\n{translation.cpp}{launchers(translation)}'
         compiler = shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")
+        translation = translate(_preprocess(compiler, embed_headers(source, TORCH_INCLUDE), source))
+        cpp = f'#include "metal_stdlib"\n{translation.cpp}'
         flags = list(FLAGS) + (list(SANITIZER_FLAGS) if sanitize else [])
         digest = hashlib.sha256("\0".join([*compiler, *flags, _headers_digest(), cpp]).encode()).hexdigest()[:20]
         folder = build_dir() / "metal" / digest
@@ -85,6 +86,16 @@ def compile_library(source: str, *, sanitize: bool | None = None) -> tuple[ctype
         library = ctypes.CDLL(str(library_path))
         _compiled[key] = (library, translation)
         return library, translation
+
+
+def _preprocess(compiler: list[str], text: str, source: str) -> str:
+    """Runs the C preprocessor as Metal's would: Metal's predefined macros, no system headers."""
+    done = subprocess.run([*compiler, "-E", "-x", "c++", "-std=c++20", "-nostdinc", "-include",
+                           str(INCLUDE_DIR / "shimkit_metal" / "macros.h"), "-"],
+                          input=text, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise MetalCompileError(_compile_message(done.stderr, source))
+    return done.stdout
 
 
 def _compile_message(stderr: str, source: str) -> str:

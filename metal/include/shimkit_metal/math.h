@@ -4,15 +4,12 @@
 // precision (fast:: may be less exact on a GPU, never more).
 #pragma once
 
-#include <algorithm>
-#include <cmath>
-
 #include "types.h"
 
 namespace metal {
 
 namespace detail {
-template <class T> using math_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+template <class T> using math_t = float;
 template <class T, class F> inline T map1(const T& a, F f) {
   if constexpr (is_vector_v<T>) {
     T r;
@@ -52,74 +49,88 @@ template <class T, class F> inline auto test1(const T& a, F f) {
 template <class T> using float_t_of = std::enable_if_t<is_floating_point_v<T>, T>;
 }  // namespace detail
 
+// Overloads per floating type, as Metal declares them (so `pow(2, x)` converts the 2), plus vectors.
 #define SHIMKIT_FLOAT_UNARY(name, expr)                                                           \
-  template <class T> inline detail::float_t_of<T> name(const T& a) {                                \
-    return detail::map1(a, [](auto x) { return expr; });                                            \
+  inline float name(float a) { return detail::map1(a, [](auto x) { return expr; }); }               \
+  inline half name(half a) { return detail::map1(a, [](auto x) { return expr; }); }                 \
+  inline bfloat name(bfloat a) { return detail::map1(a, [](auto x) { return expr; }); }             \
+  template <class T, int N, bool P> inline vec<T, N> name(const vec<T, N, P>& a) {                  \
+    return detail::map1(vec<T, N>(a), [](auto x) { return expr; });                                 \
   }
-SHIMKIT_FLOAT_UNARY(exp, std::exp(x))
-SHIMKIT_FLOAT_UNARY(exp2, std::exp2(x))
-SHIMKIT_FLOAT_UNARY(exp10, std::pow(decltype(x)(10), x))
-SHIMKIT_FLOAT_UNARY(log, std::log(x))
-SHIMKIT_FLOAT_UNARY(log2, std::log2(x))
-SHIMKIT_FLOAT_UNARY(log10, std::log10(x))
-SHIMKIT_FLOAT_UNARY(sqrt, std::sqrt(x))
-SHIMKIT_FLOAT_UNARY(rsqrt, 1 / std::sqrt(x))
-SHIMKIT_FLOAT_UNARY(sin, std::sin(x))
-SHIMKIT_FLOAT_UNARY(cos, std::cos(x))
-SHIMKIT_FLOAT_UNARY(tan, std::tan(x))
-SHIMKIT_FLOAT_UNARY(asin, std::asin(x))
-SHIMKIT_FLOAT_UNARY(acos, std::acos(x))
-SHIMKIT_FLOAT_UNARY(atan, std::atan(x))
-SHIMKIT_FLOAT_UNARY(sinh, std::sinh(x))
-SHIMKIT_FLOAT_UNARY(cosh, std::cosh(x))
-SHIMKIT_FLOAT_UNARY(tanh, std::tanh(x))
-SHIMKIT_FLOAT_UNARY(asinh, std::asinh(x))
-SHIMKIT_FLOAT_UNARY(acosh, std::acosh(x))
-SHIMKIT_FLOAT_UNARY(atanh, std::atanh(x))
-SHIMKIT_FLOAT_UNARY(sinpi, std::sin(x * decltype(x)(M_PI)))
-SHIMKIT_FLOAT_UNARY(cospi, std::cos(x * decltype(x)(M_PI)))
-SHIMKIT_FLOAT_UNARY(tanpi, std::tan(x * decltype(x)(M_PI)))
-SHIMKIT_FLOAT_UNARY(floor, std::floor(x))
-SHIMKIT_FLOAT_UNARY(ceil, std::ceil(x))
-SHIMKIT_FLOAT_UNARY(trunc, std::trunc(x))
-SHIMKIT_FLOAT_UNARY(round, std::round(x))
-SHIMKIT_FLOAT_UNARY(rint, std::nearbyint(x))
-SHIMKIT_FLOAT_UNARY(fabs, std::fabs(x))
-SHIMKIT_FLOAT_UNARY(fract, std::fmin(x - std::floor(x), decltype(x)(0x1.fffffep-1)))
-SHIMKIT_FLOAT_UNARY(saturate, std::fmin(std::fmax(x, decltype(x)(0)), decltype(x)(1)))
+SHIMKIT_FLOAT_UNARY(exp, __builtin_expf(x))
+SHIMKIT_FLOAT_UNARY(exp2, __builtin_exp2f(x))
+SHIMKIT_FLOAT_UNARY(exp10, __builtin_powf(decltype(x)(10), x))
+SHIMKIT_FLOAT_UNARY(log, __builtin_logf(x))
+SHIMKIT_FLOAT_UNARY(log2, __builtin_log2f(x))
+SHIMKIT_FLOAT_UNARY(log10, __builtin_log10f(x))
+SHIMKIT_FLOAT_UNARY(sqrt, __builtin_sqrtf(x))
+SHIMKIT_FLOAT_UNARY(rsqrt, 1 / __builtin_sqrtf(x))
+SHIMKIT_FLOAT_UNARY(sin, __builtin_sinf(x))
+SHIMKIT_FLOAT_UNARY(cos, __builtin_cosf(x))
+SHIMKIT_FLOAT_UNARY(tan, __builtin_tanf(x))
+SHIMKIT_FLOAT_UNARY(asin, __builtin_asinf(x))
+SHIMKIT_FLOAT_UNARY(acos, __builtin_acosf(x))
+SHIMKIT_FLOAT_UNARY(atan, __builtin_atanf(x))
+SHIMKIT_FLOAT_UNARY(sinh, __builtin_sinhf(x))
+SHIMKIT_FLOAT_UNARY(cosh, __builtin_coshf(x))
+SHIMKIT_FLOAT_UNARY(tanh, __builtin_tanhf(x))
+SHIMKIT_FLOAT_UNARY(asinh, __builtin_asinhf(x))
+SHIMKIT_FLOAT_UNARY(acosh, __builtin_acoshf(x))
+SHIMKIT_FLOAT_UNARY(atanh, __builtin_atanhf(x))
+SHIMKIT_FLOAT_UNARY(sinpi, __builtin_sinf(x * 3.14159265358979323846f))
+SHIMKIT_FLOAT_UNARY(cospi, __builtin_cosf(x * 3.14159265358979323846f))
+SHIMKIT_FLOAT_UNARY(tanpi, __builtin_tanf(x * 3.14159265358979323846f))
+SHIMKIT_FLOAT_UNARY(floor, __builtin_floorf(x))
+SHIMKIT_FLOAT_UNARY(ceil, __builtin_ceilf(x))
+SHIMKIT_FLOAT_UNARY(trunc, __builtin_truncf(x))
+SHIMKIT_FLOAT_UNARY(round, __builtin_roundf(x))
+SHIMKIT_FLOAT_UNARY(rint, __builtin_nearbyintf(x))
+SHIMKIT_FLOAT_UNARY(fabs, __builtin_fabsf(x))
+SHIMKIT_FLOAT_UNARY(fract, __builtin_fminf(x - __builtin_floorf(x), decltype(x)(0x1.fffffep-1)))
+SHIMKIT_FLOAT_UNARY(saturate, __builtin_fminf(__builtin_fmaxf(x, decltype(x)(0)), decltype(x)(1)))
 SHIMKIT_FLOAT_UNARY(sign, (x > 0 ? decltype(x)(1) : x < 0 ? decltype(x)(-1) : x == x ? decltype(x)(0) : x))
-SHIMKIT_FLOAT_UNARY(log1p, std::log1p(x))
-SHIMKIT_FLOAT_UNARY(expm1, std::expm1(x))
-SHIMKIT_FLOAT_UNARY(erf, std::erf(x))
+SHIMKIT_FLOAT_UNARY(log1p, __builtin_log1pf(x))
+SHIMKIT_FLOAT_UNARY(expm1, __builtin_expm1f(x))
+SHIMKIT_FLOAT_UNARY(erf, __builtin_erff(x))
 #undef SHIMKIT_FLOAT_UNARY
 
 #define SHIMKIT_FLOAT_BINARY(name, expr)                                                          \
-  template <class T> inline detail::float_t_of<T> name(const T& a, const T& b) {                    \
+  inline float name(float a, float b) { return detail::map2(a, b, [](auto x, auto y) { return expr; }); } \
+  inline half name(half a, half b) { return detail::map2(a, b, [](auto x, auto y) { return expr; }); }     \
+  inline bfloat name(bfloat a, bfloat b) {                                                          \
     return detail::map2(a, b, [](auto x, auto y) { return expr; });                                 \
+  }                                                                                                 \
+  template <class T, int N, bool P, bool Q>                                                         \
+  inline vec<T, N> name(const vec<T, N, P>& a, const vec<T, N, Q>& b) {                             \
+    return detail::map2(vec<T, N>(a), vec<T, N>(b), [](auto x, auto y) { return expr; });           \
   }
-SHIMKIT_FLOAT_BINARY(pow, std::pow(x, y))
-SHIMKIT_FLOAT_BINARY(powr, std::pow(x, y))
-SHIMKIT_FLOAT_BINARY(atan2, std::atan2(x, y))
-SHIMKIT_FLOAT_BINARY(fmod, std::fmod(x, y))
-SHIMKIT_FLOAT_BINARY(fmax, std::fmax(x, y))
-SHIMKIT_FLOAT_BINARY(fmin, std::fmin(x, y))
-SHIMKIT_FLOAT_BINARY(copysign, std::copysign(x, y))
-SHIMKIT_FLOAT_BINARY(fdim, std::fdim(x, y))
+SHIMKIT_FLOAT_BINARY(pow, __builtin_powf(x, y))
+SHIMKIT_FLOAT_BINARY(powr, __builtin_powf(x, y))
+SHIMKIT_FLOAT_BINARY(atan2, __builtin_atan2f(x, y))
+SHIMKIT_FLOAT_BINARY(fmod, __builtin_fmodf(x, y))
+SHIMKIT_FLOAT_BINARY(fmax, __builtin_fmaxf(x, y))
+SHIMKIT_FLOAT_BINARY(fmin, __builtin_fminf(x, y))
+SHIMKIT_FLOAT_BINARY(copysign, __builtin_copysignf(x, y))
+SHIMKIT_FLOAT_BINARY(fdim, __builtin_fdimf(x, y))
 SHIMKIT_FLOAT_BINARY(step, (y < x ? decltype(x)(0) : decltype(x)(1)))
-SHIMKIT_FLOAT_BINARY(nextafter, std::nextafter(x, y))
+SHIMKIT_FLOAT_BINARY(nextafter, __builtin_nextafterf(x, y))
 #undef SHIMKIT_FLOAT_BINARY
 
 template <class T> inline detail::float_t_of<T> fma(const T& a, const T& b, const T& c) {
-  return detail::map3(a, b, c, [](auto x, auto y, auto z) { return std::fma(x, y, z); });
+  return detail::map3(a, b, c, [](auto x, auto y, auto z) { return __builtin_fmaf(x, y, z); });
 }
 template <class T> inline detail::float_t_of<T> mix(const T& a, const T& b, const T& t) {
   return detail::map3(a, b, t, [](auto x, auto y, auto s) { return x + (y - x) * s; });
 }
-template <class T> inline T ldexp(const T& a, int e) { return detail::map1(a, [e](auto x) { return std::ldexp(x, e); }); }
-template <class T> inline T frexp(const T& a, int& e) { return T(std::frexp(float(a), &e)); }
+template <class T> inline T sincos(const T& a, T& cosine) {
+  cosine = cos(a);
+  return sin(a);
+}
+template <class T> inline T ldexp(const T& a, int e) { return detail::map1(a, [e](auto x) { return __builtin_ldexpf(x, e); }); }
+template <class T> inline T frexp(const T& a, int& e) { return T(__builtin_frexpf(float(a), &e)); }
 template <class T> inline T modf(const T& a, T& whole) {
   float w;
-  T r = T(std::modf(float(a), &w));
+  T r = T(__builtin_modff(float(a), &w));
   whole = T(w);
   return r;
 }
@@ -128,10 +139,10 @@ template <class T> inline T divide(const T& a, const T& b) { return a / b; }
 
 // isnan/isinf/isfinite/signbit: scalar bool or a bool vector.
 template <class T> inline auto isnan(const T& a) { return detail::test1(a, [](auto x) { return x != x; }); }
-template <class T> inline auto isinf(const T& a) { return detail::test1(a, [](auto x) { return std::isinf(x); }); }
-template <class T> inline auto isfinite(const T& a) { return detail::test1(a, [](auto x) { return std::isfinite(x); }); }
-template <class T> inline auto isnormal(const T& a) { return detail::test1(a, [](auto x) { return std::isnormal(x); }); }
-template <class T> inline auto signbit(const T& a) { return detail::test1(a, [](auto x) { return std::signbit(x); }); }
+template <class T> inline auto isinf(const T& a) { return detail::test1(a, [](auto x) { return __builtin_isinf(x); }); }
+template <class T> inline auto isfinite(const T& a) { return detail::test1(a, [](auto x) { return __builtin_isfinite(x); }); }
+template <class T> inline auto isnormal(const T& a) { return detail::test1(a, [](auto x) { return __builtin_isnormal(x); }); }
+template <class T> inline auto signbit(const T& a) { return detail::test1(a, [](auto x) { return __builtin_signbit(x); }); }
 template <class T> inline auto isunordered(const T& a, const T& b) { return isnan(a) || isnan(b); }
 template <class T, int N, bool P> inline vec<bool, N> isunordered(const vec<T, N, P>& a, const vec<T, N, P>& b) {
   return isnan(a) || isnan(b);
@@ -145,7 +156,7 @@ template <class T> inline T abs(const T& a) {
     for (int i = 0; i < T::size; ++i) r.v[i] = abs(a.v[i]);
     return r;
   } else if constexpr (is_floating_point_v<T>) {
-    return T(std::fabs(float(a)));
+    return T(__builtin_fabsf(float(a)));
   } else if constexpr (std::is_signed_v<T>) {
     return a < 0 ? T(-a) : a;
   } else {
@@ -158,7 +169,7 @@ template <class T> inline T max(const T& a, const T& b) {
     for (int i = 0; i < T::size; ++i) r.v[i] = max(a.v[i], b.v[i]);
     return r;
   } else if constexpr (is_floating_point_v<T>) {
-    return T(std::fmax(float(a), float(b)));
+    return T(__builtin_fmaxf(float(a), float(b)));
   } else {
     return a < b ? b : a;
   }
@@ -169,7 +180,7 @@ template <class T> inline T min(const T& a, const T& b) {
     for (int i = 0; i < T::size; ++i) r.v[i] = min(a.v[i], b.v[i]);
     return r;
   } else if constexpr (is_floating_point_v<T>) {
-    return T(std::fmin(float(a), float(b)));
+    return T(__builtin_fminf(float(a), float(b)));
   } else {
     return b < a ? b : a;
   }
@@ -211,7 +222,7 @@ template <class T, int N, bool P> inline T dot(const vec<T, N, P>& a, const vec<
   for (int i = 0; i < N; ++i) s += float(a.v[i]) * float(b.v[i]);
   return T(s);
 }
-template <class T, int N, bool P> inline T length(const vec<T, N, P>& a) { return T(std::sqrt(float(dot(a, a)))); }
+template <class T, int N, bool P> inline T length(const vec<T, N, P>& a) { return T(__builtin_sqrtf(float(dot(a, a)))); }
 template <class T, int N, bool P> inline T length_squared(const vec<T, N, P>& a) { return dot(a, a); }
 template <class T, int N, bool P> inline vec<T, N> normalize(const vec<T, N, P>& a) { return a / length(a); }
 template <class T, int N, bool P> inline T distance(const vec<T, N, P>& a, const vec<T, N, P>& b) { return length(a - b); }
@@ -263,7 +274,8 @@ using metal::fmod; using metal::fract; using metal::log; using metal::log10; usi
 using metal::max; using metal::min; using metal::pow; using metal::powr; using metal::rint;
 using metal::round; using metal::rsqrt; using metal::sin; using metal::sinh; using metal::sinpi;
 using metal::sqrt; using metal::tan; using metal::tanh; using metal::tanpi; using metal::trunc;
-using metal::clamp; using metal::abs; using metal::divide;
+using metal::clamp; using metal::abs; using metal::divide; using metal::sincos;
+using metal::log1p; using metal::expm1; using metal::erf; using metal::sign; using metal::fdim;
 }  // namespace precise
 namespace fast {
 using namespace precise;

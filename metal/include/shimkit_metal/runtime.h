@@ -12,9 +12,7 @@
 
 #include <ucontext.h>
 
-#include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -141,7 +139,7 @@ struct Scheduler {
     bool released = false;
     const size_t n = fibers.size();
     for (size_t first = 0; first < n; first += kSimdWidth) {
-      const size_t last = std::min(n, first + kSimdWidth);
+      const size_t last = (n < first + kSimdWidth ? n : first + kSimdWidth);
       Fiber* lanes[kSimdWidth] = {};
       Combine op = nullptr;
       bool everyone = true;
@@ -244,7 +242,7 @@ inline void run_groups(const Dispatch& d, unsigned long begin, unsigned long end
     for (int k = 0; k < 3; ++k) {
       t.group[k] = static_cast<uint>(g[k]);
       const unsigned long start = g[k] * d.group[k];
-      size[k] = static_cast<uint>(std::min(d.group[k], d.threads[k] - start));  // partial edge group
+      size[k] = static_cast<uint>(d.group[k] < d.threads[k] - start ? d.group[k] : d.threads[k] - start);  // partial edge group
       t.group_size[k] = size[k];
       t.grid_size[k] = static_cast<uint>(d.threads[k]);
     }
@@ -288,7 +286,8 @@ inline int launch(const Dispatch& d, bool cooperative, Body body) {
     const unsigned long total = groups_along(d.threads[0], d.group[0]) * groups_along(d.threads[1], d.group[1]) *
                                 groups_along(d.threads[2], d.group[2]);
     const unsigned long threads = d.threads[0] * d.threads[1] * d.threads[2];
-    int workers = static_cast<int>(std::min<unsigned long>(std::max(d.workers, 1), total));
+    int workers = d.workers < 1 ? 1 : d.workers;
+    if (static_cast<unsigned long>(workers) > total) workers = static_cast<int>(total);
     if (threads < 65536) workers = 1;  // not worth a thread
     if (workers <= 1) {
       run_groups(d, 0, total, cooperative, body);

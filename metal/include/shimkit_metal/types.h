@@ -5,7 +5,9 @@
 // Vectors have Metal's sizes and alignments (a 3-vector occupies 4 elements; packed_ vectors do not).
 #pragma once
 
-#include <cmath>
+// No <cmath>: it declares libc's math functions globally (expm1f ...), which MSL code may define
+// itself (c10's expm1f.h does); the math here uses the compiler's __builtin_ functions instead.
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -21,6 +23,7 @@ using uchar = unsigned char;
 using ulong = unsigned long;
 using size_t = unsigned long;
 using ptrdiff_t = long;
+template <class T, size_t N> using array = std::array<T, N>;
 
 struct bfloat {
   uint16_t bits;
@@ -126,8 +129,8 @@ template <> struct numeric_limits<half> {
   static half max() { return half(65504.0f); }
   static half lowest() { return half(-65504.0f); }
   static half epsilon() { return half(0.0009765625f); }
-  static half infinity() { return half(INFINITY); }
-  static half quiet_NaN() { return half(NAN); }
+  static half infinity() { return half(__builtin_inff()); }
+  static half quiet_NaN() { return half(__builtin_nanf("")); }
   static half denorm_min() { return half(5.960464477539063e-08f); }
 };
 template <> struct numeric_limits<bfloat> {
@@ -171,21 +174,21 @@ struct alignas(vec_align<T, N, P>::value) vec : vec_storage<T, N, P> {
   static constexpr int size = N;
   vec() = default;
   template <class U, class = std::enable_if_t<!is_vector_v<U> && std::is_convertible_v<U, T>>>
-  vec(U s) {
+  constexpr vec(U s) {
     for (int i = 0; i < N; ++i) this->v[i] = T(s);
   }
   template <class U, bool Q>
-  explicit vec(const vec<U, N, Q>& o) {
+  constexpr explicit vec(const vec<U, N, Q>& o) {
     for (int i = 0; i < N; ++i) this->v[i] = T(o.v[i]);
   }
   template <bool Q, class = std::enable_if_t<Q != P>>
-  vec(const vec<T, N, Q>& o) {
+  constexpr vec(const vec<T, N, Q>& o) {
     for (int i = 0; i < N; ++i) this->v[i] = o.v[i];
   }
   template <class A, class B, class... Rest,
             class = std::enable_if_t<(vec_elements<std::decay_t<A>>::value + vec_elements<std::decay_t<B>>::value +
                                       (0 + ... + vec_elements<std::decay_t<Rest>>::value)) == N>>
-  vec(const A& a, const B& b, const Rest&... rest) {
+  constexpr vec(const A& a, const B& b, const Rest&... rest) {
     int at = 0;
     put(at, a);
     put(at, b);
@@ -197,7 +200,7 @@ struct alignas(vec_align<T, N, P>::value) vec : vec_storage<T, N, P> {
   template <int... I> vec<T, sizeof...(I)> sw() const { return vec<T, sizeof...(I)>(this->v[I]...); }
 
  private:
-  template <class U> void put(int& at, const U& u) {
+  template <class U> constexpr void put(int& at, const U& u) {
     if constexpr (is_vector_v<U>) {
       for (int i = 0; i < vec_elements<U>::value; ++i) this->v[at++] = T(u.v[i]);
     } else {
