@@ -180,11 +180,14 @@ def embed_headers(source: str, include_root: Path, seen: set[str] | None = None,
     return f'#line 1 "{name}"\n{text}' if name == "<msl>" else text
 
 
-def check_supported(parsed: str) -> None:
+def check_supported(source: str) -> None:
+    """Refuses what shimkit.metal does not emulate, naming the construct and its line (in ``source``,
+    the MSL as written: before the preprocessor, which would drop a ``<metal_tensor>`` include)."""
+    parsed = blank_comments(source)
     for pattern, construct in UNSUPPORTED:
         found = pattern.search(parsed)
         if found:
-            raise MetalSourceError(f"line {line_of(parsed, found.start())}: {construct} are not supported by "
+            raise MetalSourceError(f"<msl>:{line_of(parsed, found.start())}: {construct} are not supported by "
                                    f"shimkit.metal (found {found.group(0).strip()!r})")
 
 
@@ -249,7 +252,6 @@ def translate(text: str) -> Translation:
     its line markers keep messages pointing at the MSL line. Each kernel's exported launcher is written
     where the kernel is defined (or instantiated), on the same line, so it sees the same names."""
     parsed = blank_comments(text)
-    check_supported(parsed)
     edits: list[tuple[int, int, str]] = []
     definitions: dict[str, dict] = {}
     kernels: dict[str, KernelInfo] = {}

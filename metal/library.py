@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from shimkit.csrc.build import SANITIZER_FLAGS, build_dir
-from shimkit.metal.frontend import KernelInfo, Translation, embed_headers, translate
+from shimkit.metal.frontend import KernelInfo, Translation, check_supported, embed_headers, translate
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 TORCH_INCLUDE = Path(torch.__file__).resolve().parent / "include"
@@ -67,6 +67,7 @@ def compile_library(source: str, *, sanitize: bool | None = None) -> tuple[ctype
         if key in _compiled:
             return _compiled[key]
         compiler = shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")
+        check_supported(source)
         translation = translate(_preprocess(compiler, embed_headers(source, TORCH_INCLUDE), source))
         cpp = f'#include "metal_stdlib"\n{translation.cpp}'
         flags = list(FLAGS) + (list(SANITIZER_FLAGS) if sanitize else [])

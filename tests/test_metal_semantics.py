@@ -1,0 +1,254 @@
+"""What shimkit.metal computes, checked against Metal's rules written out in Python: the grid and its
+partial edge threadgroups, threadgroup memory and barriers, simdgroup functions over 32 lanes (with
+inactive lanes), half/bfloat rounding, atomics, vectors and swizzles; and the errors it gives."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shimkit.metal import MetalSourceError, compile_shader
+from shimkit.metal.library import compile_library
+
+COORDINATES = compile_shader("""
+kernel void where(device uint* out,
+                  uint3 grid [[thread_position_in_grid]], uint3 local [[thread_position_in_threadgroup]],
+                  uint3 group [[threadgroup_position_in_grid]], uint3 size [[threads_per_threadgroup]],
+                  uint3 groups [[threadgroups_per_grid]], uint3 total [[threads_per_grid]],
+                  uint index [[thread_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+                  uint simd [[simdgroup_index_in_threadgroup]], uint simds [[simdgroups_per_threadgroup]]) {
+  uint at = (grid.z * total.y + grid.y) * total.x + grid.x;
+  device uint* o = out + at * 12;
+  o[0] = local.x; o[1] = local.y; o[2] = group.x; o[3] = group.y; o[4] = size.x; o[5] = size.y;
+  o[6] = groups.x; o[7] = groups.y; o[8] = index; o[9] = lane; o[10] = simd; o[11] = simds;
+}
+""")
+
+
+@given(st.integers(1, 70), st.integers(1, 9), st.integers(1, 40), st.integers(1, 4))
+def test_a_grid_that_is_not_a_multiple_of_the_group_has_partial_edge_groups(width, height, group_x, group_y):
+    out = torch.full((height, width, 12), 999, dtype=torch.int32)
+    COORDINATES.where(out, threads=(width, height), group_size=(group_x, group_y))
+    for y in range(height):
+        for x in range(width):
+            size_x = min(group_x, width - x // group_x * group_x)
+            size_y = min(group_y, height - y // group_y * group_y)
+            index = (y % group_y) * size_x + x % group_x
+            count = size_x * size_y
+            expected = [x % group_x, y % group_y, x // group_x, y // group_y, size_x, size_y,
+                        -(-width // group_x), -(-height // group_y), index, index % 32, index // 32,
+                        -(-count // 32)]
+            assert out[y, x].tolist() == expected, (x, y)
+
+
+SYNC = compile_shader("""
+#include <metal_stdlib>
+using namespace metal;
+
+kernel void reverse_in_group(device int* out, constant int* in,
+                             uint i [[thread_position_in_grid]], uint t [[thread_position_in_threadgroup]],
+                             uint n [[threads_per_threadgroup]]) {
+  threadgroup int shared[1024];
+  shared[t] = in[i];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[i] = shared[n - 1 - t];
+}
+
+kernel void simd_ops(device int* out, constant int* in, uint i [[thread_position_in_grid]]) {
+  int v = in[i];
+  device int* o = out + i * 9;
+  o[0] = simd_sum(v);
+  o[1] = simd_prefix_exclusive_sum(v);
+  o[2] = simd_prefix_inclusive_sum(v);
+  o[3] = simd_shuffle_down(v, 3);
+  o[4] = simd_shuffle_xor(v, 5);
+  o[5] = simd_broadcast(v, 2);
+  o[6] = simd_max(v);
+  o[7] = int(uint(ulong(simd_ballot(v > 0)) & 0xffffffffu));
+  o[8] = simd_shuffle_and_fill_down(v, -v, 4);
+}
+
+kernel void divergent(device int* out, constant int* in, uint i [[thread_position_in_grid]],
+                      uint lane [[thread_index_in_simdgroup]]) {
+  if (lane % 2 == 0) {
+    out[i] = simd_sum(in[i]);
+  } else {
+    out[i] = -1;
+  }
+}
+
+kernel void early_return(device int* out, uint i [[thread_position_in_grid]]) {
+  threadgroup int shared[64];
+  if (i % 2 == 1) return;
+  shared[i] = int(i) * 10;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[i] = shared[(i + 2) % 64];
+}
+""")
+
+
+@given(st.integers(1, 200), st.integers(1, 8))
+def test_threadgroup_memory_is_shared_by_one_group_and_the_barrier_orders_it(n, groups_of):
+    group = min(1024, max(1, n // groups_of))
+    values = torch.arange(n, dtype=torch.int32) * 7
+    out = torch.empty_like(values)
+    SYNC.reverse_in_group(out, values, group_size=group)
+    expected = torch.cat([chunk.flip(0) for chunk in values.split(group)])
+    assert torch.equal(out, expected)
+
+
+def simd_reference(values: list[int]) -> list[list[int]]:
+    """Metal's simdgroup functions over one threadgroup's lanes, 32 per simdgroup, the last one partial."""
+    rows = []
+    for start in range(0, len(values), 32):
+        lanes = values[start:start + 32]
+        active = len(lanes)
+
+        def lane(i, own):
+            return lanes[i] if 0 <= i < active else own
+
+        ballot = sum(1 << k for k, v in enumerate(lanes) if v > 0)
+        ballot = ballot - (1 << 32) if ballot >= 1 << 31 else ballot
+        for k, v in enumerate(lanes):
+            fill = -lanes[k + 4 - 32] if k + 4 >= 32 and k + 4 - 32 < active else v
+            rows.append([sum(lanes), sum(lanes[:k]), sum(lanes[:k + 1]), lane(k + 3, v), lane(k ^ 5, v),
+                         lane(2, v), max(lanes), ballot, lane(k + 4, v) if k + 4 < 32 else fill])
+    return rows
+
+
+@given(st.lists(st.integers(-1000, 1000), min_size=1, max_size=100))
+def test_simdgroup_functions_match_metals_definitions(values):
+    data = torch.tensor(values, dtype=torch.int32)
+    out = torch.empty(len(values), 9, dtype=torch.int32)
+    SYNC.simd_ops(out, data, threads=len(values), group_size=len(values))
+    assert out.tolist() == simd_reference(values)
+
+
+def test_lanes_in_another_branch_take_no_part_in_a_simdgroup_function():
+    data = torch.arange(64, dtype=torch.int32)
+    out = torch.empty_like(data)
+    SYNC.divergent(out, data, group_size=64)
+    for simd in range(2):
+        even = sum(range(simd * 32, simd * 32 + 32, 2))
+        assert out[simd * 32:(simd + 1) * 32:2].tolist() == [even] * 16
+        assert out[simd * 32 + 1:(simd + 1) * 32:2].tolist() == [-1] * 16
+
+
+def test_threads_that_returned_are_not_waited_for_at_a_barrier():
+    """Metal leaves it undefined; Apple GPUs, and shimkit.metal, release the barrier once every thread
+    still running has reached it (docs/metal.md)."""
+    out = torch.full((64,), -1, dtype=torch.int32)
+    SYNC.early_return(out, group_size=64)
+    assert out[0::2].tolist() == [(i + 2) % 64 * 10 for i in range(0, 64, 2)]
+    assert out[1::2].tolist() == [-1] * 32
+
+
+ARITHMETIC = compile_shader("""
+#include <metal_stdlib>
+using namespace metal;
+kernel void half_ops(device half* out, constant half* a, constant half* b, uint i [[thread_position_in_grid]]) {
+  out[i] = a[i] * b[i] + a[i];
+}
+kernel void bfloat_ops(device bfloat* out, constant bfloat* a, constant bfloat* b, uint i [[thread_position_in_grid]]) {
+  out[i] = a[i] * b[i] + a[i];
+}
+kernel void atomics(device atomic_int* count, device atomic_float* total, constant float* x,
+                    uint i [[thread_position_in_grid]]) {
+  atomic_fetch_add_explicit(count, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(total, x[i], memory_order_relaxed);
+  atomic_fetch_max_explicit(count + 1, int(i), memory_order_relaxed);
+}
+kernel void vectors(device float4* out, constant float4* in, uint i [[thread_position_in_grid]]) {
+  float4 v = in[i];
+  v.xy = v.yx;
+  v.zw += float2(1.0, 2.0);
+  float3 w = v.zyx;
+  out[i] = select(float4(w, as_type<float>(as_type<uint>(v.w))), float4(0), isnan(v));
+}
+""")
+
+FLOATS = st.floats(-300, 300, width=16) | st.sampled_from([float("nan"), float("inf"), -float("inf"), 0.0, -0.0])
+
+
+@given(st.lists(st.tuples(FLOATS, FLOATS), min_size=1, max_size=64))
+def test_half_and_bfloat_round_after_every_operation(pairs):
+    for dtype, kernel in ((torch.float16, ARITHMETIC.half_ops), (torch.bfloat16, ARITHMETIC.bfloat_ops)):
+        a = torch.tensor([p[0] for p in pairs]).to(dtype)
+        b = torch.tensor([p[1] for p in pairs]).to(dtype)
+        out = torch.empty_like(a)
+        kernel(out, a, b)
+        torch.testing.assert_close(out, a * b + a, rtol=0, atol=0, equal_nan=True)
+
+
+def test_atomics_from_every_thread_land():
+    x = torch.linspace(0, 1, 3000)
+    count = torch.zeros(2, dtype=torch.int32)
+    total = torch.zeros(1)
+    ARITHMETIC.atomics(count, total, x, threads=3000, group_size=256)
+    assert count.tolist() == [3000, 2999]
+    torch.testing.assert_close(total, x.sum().reshape(1), rtol=1e-5, atol=1e-3)
+
+
+def test_vectors_swizzles_select_and_as_type():
+    data = torch.tensor([[1.0, 2.0, 3.0, 4.0], [float("nan"), 5.0, 6.0, 7.0]])
+    out = torch.empty_like(data)
+    ARITHMETIC.vectors(out, data, threads=2)
+    # (1,2,3,4): xy swapped (2,1,3,4), zw += (1,2) (2,1,4,6), w = zyx (4,1,2); no NaN to select away.
+    assert out[0].tolist() == [4.0, 1.0, 2.0, 6.0]
+    # (nan,5,6,7) -> (5,nan,6,7) -> (5,nan,7,9) -> w = (7,nan,5); select zeroes where v is NaN: lane y.
+    assert out[1].tolist() == [7.0, 0.0, 5.0, 9.0]
+
+
+def test_kernel_properties():
+    kernel = SYNC.reverse_in_group
+    assert kernel.thread_execution_width == 32
+    assert kernel.max_threads_per_threadgroup == 1024
+    assert kernel.static_thread_group_memory_length == 4096
+    limited = compile_shader("[[max_total_threads_per_threadgroup(64)]] kernel void k(device float* x, "
+                             "uint i [[thread_position_in_grid]]) { x[i] = 0; }")
+    assert limited.k.max_threads_per_threadgroup == 64
+
+
+def test_templates_are_reachable_under_their_host_name():
+    lib = compile_shader("""
+    template <typename T> kernel void fill(device T* out, constant T& v, uint i [[thread_position_in_grid]]) {
+      out[i] = v;
+    }
+    template [[host_name("fill_float")]] kernel void fill<float>(device float*, constant float&, uint);
+    template [[host_name("fill_int")]] kernel void fill<int>(device int*, constant int&, uint);
+    """)
+    assert dir(lib) == ["fill_float", "fill_int"]
+    x = torch.zeros(3, dtype=torch.int32)
+    lib.fill_int(x, 7, arg_casts="int32")
+    assert x.tolist() == [7, 7, 7]
+
+
+@pytest.mark.parametrize("source, construct", [
+    ("kernel void k(texture2d<float> t [[texture(0)]]) {}", "textures"),
+    ("kernel void k(device float* x) { simdgroup_float8x8 m; }", "simdgroup matrices"),
+    ("#include <metal_tensor>\nkernel void k(device float* x) {}", "Metal 4 tensors"),
+])
+def test_unsupported_constructs_are_named_with_their_line(source, construct):
+    with pytest.raises(MetalSourceError, match=construct):
+        compile_shader(source)
+
+
+def test_wrong_arguments_are_refused_clearly():
+    lib = compile_shader("kernel void k(device float* x, uint i [[thread_position_in_grid]]) { x[i] = 1; }")
+    with pytest.raises(ValueError, match=r"argument 0 is not contiguous"):
+        lib.k(torch.zeros(4, 4).t())
+    with pytest.raises(ValueError, match=r"threads must be an int or 1 to 3 ints"):
+        lib.k(torch.zeros(4), threads=(1, 1, 1, 1))
+    with pytest.raises(ValueError, match="group_size has 2 entries but threads has 1"):
+        lib.k(torch.zeros(4), threads=4, group_size=(2, 2))
+    with pytest.raises(ValueError, match="unknown arg_casts dtype 'fp8'"):
+        lib.k(torch.zeros(4), arg_casts="fp8")
+    with pytest.raises(TypeError, match="argument 0 is a str"):
+        lib.k("x", threads=1)
+
+
+def test_a_compiled_library_is_reused_for_the_same_source():
+    source = "kernel void k(device float* x, uint i [[thread_position_in_grid]]) { x[i] = 2; }"
+    assert compile_library(source)[0] is compile_library(source)[0]
