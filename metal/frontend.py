@@ -324,6 +324,8 @@ def translate(text: str) -> Translation:
     text = HALF_LITERAL.sub(lambda m: f"half({m.group(1)}f)" if "." in m.group(1) or "e" in m.group(1).lower()
                             else f"half({m.group(1)}.0f)", text)
     text = SWIZZLE.sub(_swizzle, text)
+    # `constant` becomes `const`, so `constant const T*` (c10's error.h) would repeat the qualifier.
+    text = re.sub(r"\bconstant\s+const\b|\bconst\s+constant\b", "constant", text)
     errors = "SHIMKIT_EXPORT const char* shimkit_last_error() { return ::shimkit_metal::last_error.c_str(); }"
     return Translation(cpp=f"{text}\n{errors}\n", kernels=kernels)
 

@@ -41,6 +41,16 @@ class MetalCompileError(SyntaxError):
     ``torch.mps.compile_shader`` raises for MSL that does not compile."""
 
 
+class ErrorMessage(ctypes.Structure):
+    """c10/metal/error.h's ErrorMessage: what a kernel's TORCH_CHECK-like report writes."""
+    _fields_ = [("file", ctypes.c_char * 128), ("func", ctypes.c_char * 128), ("message", ctypes.c_char * 250),
+                ("line", ctypes.c_uint)]
+
+
+class ErrorMessages(ctypes.Structure):
+    _fields_ = [("count", ctypes.c_uint), ("msg", ErrorMessage * 30)]
+
+
 class Dispatch(ctypes.Structure):
     _fields_ = [("threads", ctypes.c_ulong * 3), ("group", ctypes.c_ulong * 3), ("workers", ctypes.c_int)]
 
@@ -144,8 +154,16 @@ class MetalKernel:
 
     def __call__(self, *args: Any, threads: int | Sequence[int] | None = None,
                  group_size: int | Sequence[int] | None = None,
-                 arg_casts: str | Mapping[int, str] | None = None) -> None:
+                 arg_casts: str | Mapping[int, str] | None = None, error_buf_idx: int | None = None) -> None:
+        """Runs the kernel. ``error_buf_idx``, as in torch, binds an error buffer (c10/metal/error.h's
+        ``ErrorMessages``) at that buffer index; messages the kernel reports there raise ``RuntimeError``."""
         name = self._info.name
+        errors = None
+        if error_buf_idx is not None:
+            if not 0 <= error_buf_idx <= len(args):
+                raise ValueError(f"kernel {name!r}: error_buf_idx {error_buf_idx} is outside 0..{len(args)}")
+            errors = ErrorMessages()
+            args = (*args[:error_buf_idx], errors, *args[error_buf_idx:])
         if len(args) != self._info.buffers:
             raise TypeError(f"kernel {name!r} takes {self._info.buffers} buffer argument(s), got {len(args)}")
         casts = _casts(name, arg_casts, len(args))
@@ -153,7 +171,9 @@ class MetalKernel:
         pointers = (ctypes.c_void_p * max(1, len(args)))()
         first_numel = None
         for index, arg in enumerate(args):
-            if isinstance(arg, torch.Tensor):
+            if isinstance(arg, ErrorMessages):
+                pointers[index] = ctypes.addressof(arg)
+            elif isinstance(arg, torch.Tensor):
                 _check_tensor(name, index, arg)
                 if first_numel is None:
                     first_numel = arg.numel()
@@ -189,17 +209,35 @@ class MetalKernel:
                             (ctypes.c_ulong * 3)(*(group + [1] * (3 - len(group)))), os.cpu_count() or 1)
         if self._launch(pointers, ctypes.byref(dispatch)) != 0:
             raise RuntimeError(f"kernel {name!r} failed: {self._last_error().decode()}")
+        if errors is not None and errors.count:
+            reports = [f"{m.file.decode(errors='replace')}:{m.line}: {m.func.decode(errors='replace')}: "
+                       f"{m.message.decode(errors='replace')}" for m in errors.msg[:min(errors.count, 30)]]
+            raise RuntimeError(f"kernel {name!r} reported {errors.count} error(s): " + "; ".join(reports))
 
 
 def _check_tensor(name: str, index: int, tensor: torch.Tensor) -> None:
     if tensor.device.type != "cpu":
         raise ValueError(f"kernel {name!r}: argument {index} is a {tensor.device.type} tensor; shimkit.metal runs "
                          f"kernels on the CPU, pass a cpu tensor")
-    if not tensor.is_contiguous():
-        raise ValueError(f"kernel {name!r}: argument {index} is not contiguous (strides {tensor.stride()} for shape "
-                         f"{tuple(tensor.shape)}); a Metal buffer is dense memory, pass .contiguous()")
+    # A buffer is the tensor's memory from its first element: any dense layout (a transposed one too,
+    # which Inductor's kernels index by their own strides) is exactly the tensor, one with gaps or
+    # overlaps (a slice, an expand) is not.
+    if not _dense(tensor):
+        raise ValueError(f"kernel {name!r}: argument {index} is not dense (strides {tensor.stride()} for shape "
+                         f"{tuple(tensor.shape)}): a Metal buffer is the tensor's memory, so a view with gaps or "
+                         f"overlaps cannot be one; pass .contiguous()")
     if tensor.is_complex() or tensor.dtype == torch.float64:
         raise ValueError(f"kernel {name!r}: argument {index} has dtype {tensor.dtype}, which Metal has no type for")
+
+
+def _dense(tensor: torch.Tensor) -> bool:
+    """Whether the tensor's elements fill ``numel`` consecutive slots, in some order of its dimensions."""
+    expected = 1
+    for size, stride in sorted((d for d in zip(tensor.shape, tensor.stride()) if d[0] != 1), key=lambda d: d[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _casts(name: str, arg_casts: str | Mapping[int, str] | None, count: int) -> dict[int, torch.dtype]:

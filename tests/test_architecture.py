@@ -16,6 +16,7 @@ import shimkit
 # Lowest first: a module may import its own package and packages of the same or a lower layer.
 LAYERS = (
     ("shimkit._versions", "shimkit._ordering", "shimkit._patching", "shimkit._C", "shimkit.csrc"),
+    ("shimkit.metal",),
     ("shimkit.registry",),
     ("shimkit.passes",),
     ("shimkit.plugins",),
@@ -40,7 +41,7 @@ def layer_of(module: str) -> tuple[int, str]:
 def installed_modules() -> dict[str, Path]:
     modules = {}
     roots = {"shimkit": Path(shimkit.__file__).parent}
-    for name in ("registry", "passes", "plugins", "audit", "csrc", "testing"):
+    for name in ("registry", "passes", "plugins", "audit", "csrc", "testing", "metal"):
         spec = importlib.util.find_spec(f"shimkit.{name}")
         roots[f"shimkit.{name}"] = Path(next(iter(spec.submodule_search_locations)))
     for package, root in roots.items():
@@ -48,7 +49,7 @@ def installed_modules() -> dict[str, Path]:
             relative = path.relative_to(root).with_suffix("")
             parts = [p for p in relative.parts if p != "__init__"]
             if package == "shimkit" and parts and parts[0] in ("registry", "passes", "plugins", "audit", "csrc",
-                                                               "testing"):
+                                                               "testing", "metal"):
                 continue  # a mapped folder seen through the facade's path: counted under its own root
             modules[".".join([package, *parts])] = path
     return modules

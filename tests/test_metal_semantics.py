@@ -237,8 +237,13 @@ def test_unsupported_constructs_are_named_with_their_line(source, construct):
 
 def test_wrong_arguments_are_refused_clearly():
     lib = compile_shader("kernel void k(device float* x, uint i [[thread_position_in_grid]]) { x[i] = 1; }")
-    with pytest.raises(ValueError, match=r"argument 0 is not contiguous"):
-        lib.k(torch.zeros(4, 4).t())
+    with pytest.raises(ValueError, match=r"argument 0 is not dense \(strides \(2,\) for shape \(4,\)\)"):
+        lib.k(torch.zeros(8)[::2])
+    with pytest.raises(ValueError, match=r"argument 0 is not dense"):
+        lib.k(torch.zeros(1).expand(4))
+    transposed = torch.zeros(3, 2).t()  # dense: the buffer is exactly its six elements
+    lib.k(transposed)
+    assert transposed.eq(1).all()
     with pytest.raises(ValueError, match=r"threads must be an int or 1 to 3 ints"):
         lib.k(torch.zeros(4), threads=(1, 1, 1, 1))
     with pytest.raises(ValueError, match="group_size has 2 entries but threads has 1"):

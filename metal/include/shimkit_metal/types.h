@@ -14,7 +14,10 @@
 #include <type_traits>
 #include <utility>
 
-namespace metal {
+// The types live in their own namespace, re-exported into `metal`: in MSL they are built-in types, so
+// argument-dependent lookup must not find metal's functions through them (c10's own simd_max(bfloat)
+// would otherwise be ambiguous with metal::simd_max).
+namespace shimkit_msl {
 
 using half = _Float16;
 using uint = unsigned int;
@@ -333,4 +336,8 @@ inline T as_type(const U& u) {
   return t;
 }
 
+}  // namespace shimkit_msl
+
+namespace metal {
+using namespace shimkit_msl;
 }  // namespace metal
