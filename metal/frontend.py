@@ -81,7 +81,7 @@ class KernelInfo:
     buffers: int
     cooperative: bool
     max_threads: int | None
-    threadgroup_bytes: str = ""    # the C++ function returning its static threadgroup memory
+    measures_threadgroup: bool = False   # whether it declares threadgroup memory (measured by one dry call)
 
 
 @dataclass
@@ -149,8 +149,10 @@ def split_top_level(text: str) -> list[str]:
 
 
 def embed_headers(source: str, include_root: Path, seen: set[str] | None = None, name: str = "<msl>") -> str:
-    """Pastes ``#include <c10/metal/...>`` (once each, recursively), with ``#line`` markers so messages
-    keep their file and line; Metal's own headers are dropped (shimkit's stand in)."""
+    """Pastes each ``#include`` found under ``include_root`` (torch's headers, as ``torch.mps.compile_shader``
+    resolves them: ``<c10/metal/...>``, ``<ATen/native/mps/kernels/...>``), once each and recursively, with
+    ``#line`` markers so messages keep their file and line; Metal's own headers are dropped (shimkit's
+    stand in)."""
     seen = set() if seen is None else seen
     lines = source.split("\n")
     out = []
@@ -164,11 +166,11 @@ def embed_headers(source: str, include_root: Path, seen: set[str] | None = None,
             continue
         target = include.group(1)
         path = include_root / target
-        if not target.startswith("c10/metal/") or not path.is_file():
+        if not path.is_file():
             # An #error rather than a Python error: the line may sit in a branch the preprocessor drops
             # (c10's headers include <array> when not compiled as Metal).
             out.append(f'#error "#include <{target}> is not available to shimkit.metal (it provides '
-                       f'<metal_stdlib> and torch\'s <c10/metal/...> headers)"')
+                       f'<metal_stdlib> and the headers under torch/include)"')
             continue
         if target in seen:
             out.append("")
@@ -251,6 +253,7 @@ def translate(text: str) -> Translation:
     The text comes from the C preprocessor, so kernels that macros declare or instantiate are visible;
     its line markers keep messages pointing at the MSL line. Each kernel's exported launcher is written
     where the kernel is defined (or instantiated), on the same line, so it sees the same names."""
+    text = re.sub(r"\[\[\s*kernel\s*\]\]", "kernel", text)  # the attribute spelling of the keyword
     parsed = blank_comments(text)
     edits: list[tuple[int, int, str]] = []
     definitions: dict[str, dict] = {}
@@ -281,7 +284,7 @@ def translate(text: str) -> Translation:
                                        f"defined before it")
             targs = re.sub(r"\s+", " ", text[match.start("targs"):match.end("targs")]) if match.group("targs") else ""
             scope = qualified[:-len(name)]  # "" or "::c10::metal::": the launcher sits where the instantiation was
-            kernel = _kernel(host_name, f"{scope}{name}{targs}", definition, max_threads, f"{scope}shimkit_tg_of_{name}{targs}")
+            kernel = _kernel(host_name, f"{scope}{name}{targs}", definition, max_threads)
             _add(kernels, kernel, where)
             end = parsed.index(";", close) + 1
             edits.append((instantiation.start(), end, _blank(text[instantiation.start():end],
@@ -299,25 +302,28 @@ def translate(text: str) -> Translation:
             raise MetalSourceError(f"{where}: cannot read kernel {name}")
         body_start = close + (len(parsed[close:]) - len(after))
         body_end = matching(parsed, body_start, "{", "}")
-        threadgroup_sizes = []
-        for decl in re.finditer(r"\bthreadgroup\s+([A-Za-z_][\w:<>, ]*?)\s+([A-Za-z_]\w*)\s*((?:\[[^\]]*\]\s*)*);",
-                                parsed[body_start:body_end]):
-            start = body_start + decl.start()
+        declarations = list(re.finditer(
+            r"\bthreadgroup\s+([A-Za-z_][\w:<>, ]*?)\s+([A-Za-z_]\w*)\s*((?:\[[^\]]*\]\s*)*);",
+            parsed[body_start:body_end]))
+        for number, decl in enumerate(declarations, 1):
+            start, end = body_start + decl.start(), body_start + decl.end()
             edits.append((start, start + len("threadgroup"), "static thread_local"))
-            threadgroup_sizes.append(f"sizeof({decl.group(1)}{decl.group(3).replace(' ', '')})")
+            # Threadgroup memory is measured where it is declared (its size may use the kernel's own
+            # constants) by one dry call of the kernel, which returns after the last declaration.
+            measure = f" if (::shimkit_metal::measuring) {{ ::shimkit_metal::measured += (sizeof({decl.group(2)}) + 15) / 16 * 16;"
+            measure += " return; }" if number == len(declarations) else " }"
+            edits.append((end, end, measure))
         header = template.group(0).strip() if template else ""
         definition = dict(parameters=_parameters(name, parsed[open_paren + 1:close - 1], where),
-                          max_threads=max_threads, cooperative=reaches_sync(name, bodies, sync_cache) or any(
+                          max_threads=max_threads, measures=bool(declarations),
+                          cooperative=reaches_sync(name, bodies, sync_cache) or any(
                               SYNC_FUNCTIONS.match(c.group(1)) for c in
                               IDENTIFIER_CALL.finditer(parsed[body_start:body_end])))
         definitions[name] = definition
-        sizes = " + ".join(f"(({size} + 15) / 16 * 16)" for size in threadgroup_sizes) or "0"
-        after_body = f" {header} unsigned long shimkit_tg_of_{name}() {{ return {sizes}; }}"
         if not header:
-            kernel = _kernel(name, name, definition, max_threads, f"shimkit_tg_of_{name}")
+            kernel = _kernel(name, name, definition, max_threads)
             _add(kernels, kernel, where)
-            after_body += " " + launcher(kernel, len(kernels) - 1)
-        edits.append((body_end, body_end, after_body))
+            edits.append((body_end, body_end, " " + launcher(kernel, len(kernels) - 1)))
 
     for a, b, replacement in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         text = text[:a] + replacement + text[b:]
@@ -388,12 +394,12 @@ def _parameters(kernel: str, params_text: str, where: str) -> list[Parameter]:
     return parameters
 
 
-def _kernel(name: str, function: str, definition: dict, max_threads, threadgroup_bytes: str) -> KernelInfo:
+def _kernel(name: str, function: str, definition: dict, max_threads) -> KernelInfo:
     limit = max_threads or definition["max_threads"]
     buffers = sum(1 for p in definition["parameters"] if p.kind == "buffer")
     return KernelInfo(name=name, function=function, parameters=definition["parameters"], buffers=buffers,
                       cooperative=definition["cooperative"], max_threads=int(limit.group(1)) if limit else None,
-                      threadgroup_bytes=threadgroup_bytes)
+                      measures_threadgroup=definition["measures"])
 
 
 def launcher(kernel: KernelInfo, index: int) -> str:
@@ -414,4 +420,9 @@ def launcher(kernel: KernelInfo, index: int) -> str:
             f"constexpr auto F = &{kernel.function}; "
             f"return ::shimkit_metal::launch(*d, {cooperative}, [&](const ::shimkit_metal::ThreadInfo& t) "
             f"{{ F({', '.join(arguments)}); }}); }} "
-            f"SHIMKIT_EXPORT unsigned long shimkit_tg_{index}() {{ return {kernel.threadgroup_bytes}(); }}")
+            f"SHIMKIT_EXPORT unsigned long shimkit_tg_{index}() {{ "
+            + (f"constexpr auto F = &{kernel.function}; "
+               f"return ::shimkit_metal::measure_threadgroup([] {{ alignas(64) static char zeros[4096] = {{}}; "
+               f"void* args[{max(1, kernel.buffers)}]; for (auto& a : args) a = zeros; "
+               f"::shimkit_metal::ThreadInfo t{{}}; (void)t; F({', '.join(arguments)}); }}); }}"
+               if kernel.measures_threadgroup else "return 0; }"))

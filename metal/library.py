@@ -181,7 +181,8 @@ class MetalKernel:
                 keep.append(arg)
             else:
                 storage = _scalar_bytes(name, index, arg, casts.get(index))
-                buffer = ctypes.create_string_buffer(storage, max(len(storage), 1))
+                # Padded to 16 bytes: a 3-vector argument (uint3) is read as 16 bytes, as Metal lays it out.
+                buffer = ctypes.create_string_buffer(storage, max(16, -(-len(storage) // 16) * 16))
                 keep.append(buffer)
                 pointers[index] = ctypes.addressof(buffer)
         if threads is None:

@@ -279,6 +279,23 @@ inline void run_groups(const Dispatch& d, unsigned long begin, unsigned long end
 
 inline thread_local std::string last_error;
 
+// A dry call of a kernel that declares threadgroup memory: it adds each declaration's size, rounded to
+// 16 bytes as Metal allocates it, and returns right after the last one.
+inline thread_local bool measuring = false;
+inline thread_local unsigned long measured = 0;
+
+template <class Call>
+inline unsigned long measure_threadgroup(Call call) {
+  measuring = true;
+  measured = 0;
+  try {
+    call();
+  } catch (...) {
+  }
+  measuring = false;
+  return measured;
+}
+
 // Runs the grid; returns 0, or -1 with last_error set.
 template <class Body>
 inline int launch(const Dispatch& d, bool cooperative, Body body) {
