@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the whole kernel test suite (tests/test_kernel_*.py) under AddressSanitizer and
+# Runs the kernel test suite (tests/test_kernel_*.py) and shimkit.metal's executor tests (semantics and
+# PyTorch's Metal-library tests, their kernels built with the sanitizers too) under AddressSanitizer and
 # UndefinedBehaviorSanitizer:
 #   bash csrc/sanitize.sh [PYTEST ARGS]
 # Builds shimkit._C and every registered kernel's host module (shimkit.testing.kernels) with
@@ -22,4 +23,5 @@ export LD_PRELOAD="$("$CXX" -print-file-name=libasan.so) $("$CXX" -print-file-na
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:detect_odr_violation=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 cd "$ROOT"
-exec "$PY" -m pytest -q -p no:cacheprovider tests/test_kernel_*.py "$@"
+exec "$PY" -m pytest -q -p no:cacheprovider tests/test_kernel_*.py tests/test_metal_semantics.py \
+  tests/test_metal_torch_ports.py "$@"
