@@ -28,6 +28,8 @@ SOURCE_DIR = Path(__file__).resolve().parent
 INCLUDE_DIR = SOURCE_DIR / "include"
 ON_MACOS = sys.platform == "darwin"
 METAL_FRAMEWORKS = ("Metal", "MetalPerformanceShadersGraph", "Foundation")
+# The one c-shim adapter behind every plugin MSL kernel (ExecuTorch's Metal runtime only).
+MSL_ADAPTER = str(SOURCE_DIR / "msl" / "msl_elementwise.mm")
 SANITIZER_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                    "-fno-omit-frame-pointer", "-g", "-O1")
 

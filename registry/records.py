@@ -57,6 +57,45 @@ def _check_path_text(record: str, label: str, what: str, text: str) -> None:
               f"list cannot carry")
 
 
+# MSL element type names an MslKernel may be instantiated for, and the torch dtype each one means.
+MSL_DTYPES = ("float", "half", "bfloat", "int", "long", "short", "char", "uchar", "bool")
+
+
+@dataclass(frozen=True)
+class MslKernel:
+    """A Metal Shading Language compute kernel that implements an elementwise shim.
+
+    The c-shim adapter (generated once for all such kernels, docs/kernels.md) dispatches one thread per
+    element of ``out``, binding ``out`` and then the op's tensor arguments in schema order as buffers
+    0, 1, ...; every tensor is contiguous with ``out``'s shape and dtype. ``source`` is the ``.metal`` file
+    (one of the kernel's ``runtime_sources``) and must define ``{function}_{dtype}`` (usually a template
+    instantiated with ``[[host_name]]``) for each of ``dtypes`` (MSL type names). On Linux,
+    ``shimkit.testing`` runs it through ``shimkit.metal`` against the plugin's reference.
+
+    >>> MslKernel(source="logaddexp.metal", function="logaddexp", dtypes=("float", "half"))
+    MslKernel(source='logaddexp.metal', function='logaddexp', dtypes=('float', 'half'))
+    """
+
+    source: str
+    function: str
+    dtypes: tuple[str, ...] = ("float", "half", "bfloat")
+
+    def __post_init__(self) -> None:
+        label = self.function if isinstance(self.function, str) else repr(self.function)
+        if not isinstance(self.source, str) or not self.source.endswith(".metal"):
+            _fail("MslKernel", label, f"source must name a .metal file, got {self.source!r}")
+        if not isinstance(self.function, str) or not _C_IDENTIFIER.match(self.function):
+            _fail("MslKernel", label, "function must be an identifier (the kernels are function_dtype)")
+        object.__setattr__(self, "dtypes", tuple(self.dtypes))
+        unknown = [d for d in self.dtypes if d not in MSL_DTYPES]
+        if not self.dtypes or unknown:
+            _fail("MslKernel", label, f"dtypes must be MSL type names from {MSL_DTYPES}, got {self.dtypes!r}")
+
+    def names(self) -> tuple[str, ...]:
+        """The kernel names the library must define, one per dtype."""
+        return tuple(f"{self.function}_{dtype}" for dtype in self.dtypes)
+
+
 @dataclass(frozen=True)
 class Kernel:
     """Code a plugin ships for its shims, built two ways: into the device runtime (ExecuTorch's build
@@ -71,7 +110,8 @@ class Kernel:
     for c-shim adapters over real ``AtenTensorHandle``\ s) or is the plugin package's own compiled
     extension named by ``host_module``. ``entry_points`` are the names the host module must define
     (functions or exported C symbols); loading checks them. ``uses_sdk`` compiles shimkit's kernel SDK
-    (``shimkit/*.h`` helpers) into both builds.
+    (``shimkit/*.h`` helpers) into both builds. ``msl`` declares an MSL compute kernel (an
+    :class:`MslKernel`) that shimkit's generated adapter dispatches: its host is ``shimkit.metal``.
 
     >>> kernel = Kernel(name="addmm", directory=str(KERNEL_DIR),
     ...                 runtime_sources=("addmm_plan.cpp", "addmm_metal.mm", "addmm_shim_mps.mm"),
@@ -89,6 +129,7 @@ class Kernel:
     entry_points: tuple[str, ...] = ()
     links_libtorch: bool = False
     uses_sdk: bool = True
+    msl: MslKernel | None = None
 
     def __post_init__(self) -> None:
         label = self.name if isinstance(self.name, str) else repr(self.name)
@@ -118,6 +159,11 @@ class Kernel:
                 _fail("Kernel", label, f"entry point {entry!r} must be an identifier")
         if self.entry_points and not (self.host_sources or self.host_module):
             _fail("Kernel", label, "entry_points name what the host module defines, but there is none")
+        if self.msl is not None:
+            if not isinstance(self.msl, MslKernel):
+                _fail("Kernel", label, f"msl must be an MslKernel record, got {type(self.msl).__name__}")
+            if self.msl.source not in self.runtime_sources:
+                _fail("Kernel", label, f"msl source {self.msl.source!r} must be one of the runtime_sources")
 
     def _check_source(self, label: str, role: str, source: str) -> None:
         relative = Path(source)
@@ -135,6 +181,11 @@ class Kernel:
     def runtime_paths(self) -> tuple[str, ...]:
         """``runtime_sources`` as absolute paths, for the runtime build."""
         return tuple(str(Path(self.directory) / s) for s in self.runtime_sources)
+
+    @property
+    def msl_path(self) -> str | None:
+        """The absolute path of the MSL kernel's source, if the kernel declares one."""
+        return str(Path(self.directory) / self.msl.source) if self.msl is not None else None
 
     @property
     def host_paths(self) -> tuple[str, ...]:

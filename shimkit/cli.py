@@ -100,6 +100,11 @@ def _cmd_config(args: argparse.Namespace) -> int:
     if args.cmake:
         sys.stdout.write(config.cmake_snippet())
         return 0
+    if args.msl_adapter:
+        with open(args.msl_adapter, "w", encoding="utf-8") as handle:
+            handle.write(config.msl_adapter_source())
+        print(f"{args.msl_adapter}: c-shim entry points of {len(config.msl_shims)} MSL kernel(s)", file=sys.stderr)
+        return 0
     document = {
         "device": config.device,
         "fallback_kernels": list(config.fallback_kernels),
@@ -126,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     config = commands.add_parser("config", help="show the backend configuration derived for a device")
     config.add_argument("device", choices=("mps", "cuda"))
     config.add_argument("--cmake", action="store_true", help="print a CMake list of kernel sources")
+    config.add_argument("--msl-adapter", metavar="FILE",
+                        help="write the c-shim entry points of the plugins' MSL kernels (C++) to FILE")
     config.set_defaults(run=_cmd_config)
 
     audit = commands.add_parser("audit", help="predict Metal lowering on Linux (default: the model zoo)",

@@ -27,12 +27,14 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+from pathlib import Path
 from types import ModuleType
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from shimkit.backend import get_registry
 from shimkit.csrc.build import compile_host_module
 from shimkit.registry import Kernel, ShimkitPluginError
+from shimkit.registry.records import MslKernel
 
 AOTI_TORCH_SUCCESS = 0
 
@@ -79,6 +81,51 @@ def _load(kernel: Kernel, sanitize: bool) -> ModuleType:
         raise KernelLoadError(f"kernel {kernel.name!r}: its host module {module.__name__} lacks the entry "
                               f"point(s) {', '.join(missing)}")
     return module
+
+
+# The torch dtype each MSL element type holds.
+MSL_TORCH_DTYPES = {"float": "float32", "half": "float16", "bfloat": "bfloat16", "int": "int32", "long": "int64",
+                    "short": "int16", "char": "int8", "uchar": "uint8", "bool": "bool"}
+
+
+def msl_kernel(kernel: Kernel, dtype: str) -> Callable[..., Any]:
+    """The plugin's MSL kernel for MSL type ``dtype``, compiled by ``shimkit.metal`` and called as the
+    generated c-shim adapter calls it: ``out`` (like the first tensor argument) then the tensor
+    arguments as buffers, one thread per element. Returns ``out``.
+
+    >>> import shimkit_example_plugin.plugin as example      # doctest: +SKIP
+    >>> msl_kernel(example.KERNEL, "half")(a, b)             # doctest: +SKIP
+    """
+    import torch
+
+    from shimkit.metal import compile_shader
+
+    spec: MslKernel | None = kernel.msl
+    if spec is None or kernel.msl_path is None:
+        raise KernelLoadError(f"kernel {kernel.name!r} declares no MSL kernel (msl=MslKernel(...))")
+    if dtype not in spec.dtypes:
+        raise KernelLoadError(f"kernel {kernel.name!r}: its MSL kernel has no {dtype!r} variant "
+                              f"(dtypes: {', '.join(spec.dtypes)})")
+    library = compile_shader(Path(kernel.msl_path).read_text())
+    function = getattr(library, f"{spec.function}_{dtype}")
+    torch_dtype = getattr(torch, MSL_TORCH_DTYPES[dtype])
+
+    def run(*args: Any) -> Any:
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if not tensors:
+            raise ValueError(f"{spec.function}_{dtype}: the elementwise MSL contract needs a tensor argument")
+        shape = tensors[0].shape
+        if any(t.shape != shape or t.dtype != torch_dtype for t in tensors):
+            raise ValueError(f"{spec.function}_{dtype}: every tensor must have the output's shape {tuple(shape)} and "
+                             f"dtype {torch_dtype} (the adapter's contract), got "
+                             f"{[(tuple(t.shape), t.dtype) for t in tensors]}")
+        out = torch.empty_like(tensors[0], memory_format=torch.contiguous_format)
+        if out.numel():
+            function(out, *[t.contiguous() for t in tensors], threads=out.numel())
+        return out
+
+    run.__qualname__ = f"{kernel.name}.msl.{spec.function}_{dtype}"
+    return run
 
 
 def _import_extension(name: str, path: str) -> ModuleType:
@@ -152,4 +199,5 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["AOTI_TORCH_SUCCESS", "KernelLoadError", "c_library", "host_module", "kernels", "tensor_handles"]
+__all__ = ["AOTI_TORCH_SUCCESS", "KernelLoadError", "c_library", "host_module", "kernels", "msl_kernel",
+           "tensor_handles"]

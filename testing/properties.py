@@ -21,6 +21,7 @@ from torch.fx.passes.infra.pass_base import PassResult
 
 from shimkit.backend import get_registry
 from shimkit.registry import OpPlugin, canonical_op_name
+from shimkit.testing.kernels import MSL_TORCH_DTYPES, msl_kernel
 
 
 class PropertyFailure(AssertionError):
@@ -362,6 +363,12 @@ def _find_plugin(plugin: str | OpPlugin, registry) -> OpPlugin:
     raise LookupError(f"no op plugin named {plugin!r} is registered; registered: {', '.join(known)}")
 
 
+def _cast_floats_to(dtype_name: str) -> Callable[[tuple], tuple]:
+    dtype = getattr(torch, dtype_name)
+    return lambda args: tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                              for a in args)
+
+
 def assert_plugin_matches_reference(plugin: str | OpPlugin, *, kernels: Mapping[Any, Callable] | None = None,
                                     registry=None, rtol: float | None = None, atol: float | None = None,
                                     settings=None, dynamic: bool = True) -> None:
@@ -370,6 +377,10 @@ def assert_plugin_matches_reference(plugin: str | OpPlugin, *, kernels: Mapping[
     one, from :func:`~shimkit.testing.opspecs.op_arguments`). With ``dynamic`` (the default) each
     decomposition is also traced with dynamic dimensions and checked at other sizes
     (:func:`assert_decomposition_dynamic`).
+
+    Every MSL kernel a shim of the plugin ships (``Kernel(msl=MslKernel(...))``) is run through
+    ``shimkit.metal`` in each of its dtypes, on the same inputs cast to that dtype, against the reference
+    on those inputs: a plugin's Metal kernel is checked on Linux with no code of its own.
 
     Runs hypothesis itself under the loaded profile (or ``settings``): one line in a test.
     """
@@ -397,6 +408,19 @@ def assert_plugin_matches_reference(plugin: str | OpPlugin, *, kernels: Mapping[
                      else op_arguments(op, registry=registry))
         for kind, implementation in implementations:
             checks.append((f"{record.name}: {kind} of {op}", implementation, reference, arguments))
+    for shim in record.shims:
+        if shim.kernel is None or shim.kernel.msl is None:
+            continue
+        reference = record.references.get(shim.op)
+        factory = record.input_strategies.get(shim.op)
+        if reference is None or factory is None:
+            raise ValueError(f"plugin {record.name!r} ships an MSL kernel for {shim.op} but no reference and input "
+                             f"strategy to check it against")
+        for dtype in shim.kernel.msl.dtypes:
+            cast = _cast_floats_to(MSL_TORCH_DTYPES[dtype])
+            checks.append((f"{record.name}: MSL kernel {shim.kernel.msl.function}_{dtype} of {shim.op}",
+                           msl_kernel(shim.kernel, dtype), reference,
+                           factory().map(lambda args, cast=cast: (cast(tuple(args)), {}))))
     if not checks:
         raise ValueError(f"plugin {record.name!r} has neither decompositions nor kernels to check")
 

@@ -8,7 +8,8 @@ from executorch.backends.apple.metal.metal_backend import MetalBackend
 
 import shimkit.plugins.addmm as addmm_plugin
 from registry_helpers import CLEAN_ENV
-from shimkit.registry import Kernel, OpPlugin, PassSpec, PluginConflictError, Shim, hookimpl
+from shimkit.csrc.build import MSL_ADAPTER
+from shimkit.registry import Kernel, MslKernel, OpPlugin, PassSpec, PluginConflictError, Shim, hookimpl
 from shimkit.backend import inductor_options, new_registry
 
 
@@ -202,3 +203,56 @@ def test_cmake_snippet_quotes_every_path_so_cmake_reads_exactly_the_paths(tmp_pa
         cmake_quoted("a\x00b")
     with pytest.raises(ValueError, match="CMake variable"):
         config.cmake_snippet('X)\nexecute_process(COMMAND touch /tmp/pwned)\nset(Y')
+
+
+HOSTILE_MSL = ('// )msl0_0" ) " R"( \\ */ ??/ \n'
+               "kernel void f(device float* out, uint i [[thread_position_in_grid]]) { out[i] = 1; }\n")
+ADAPTER_STUBS = r"""
+typedef void* AOTITensorHandle;
+typedef int AOTITorchError;
+#include <cstring>
+#include <string>
+static std::string g_source, g_function;
+static int g_count = -1;
+static void* g_first = nullptr;
+extern "C" AOTITorchError shimkit_msl_elementwise(const char* source, const char* function,
+                                                  AOTITensorHandle* tensors, int count) {
+  g_source = source; g_function = function; g_count = count; g_first = tensors[0];
+  return 0;
+}
+extern "C" __attribute__((visibility("default"))) const char* recorded(int what) {
+  static std::string text;
+  text = what == 0 ? g_source : what == 1 ? g_function : std::to_string(g_count);
+  return text.c_str();
+}
+"""
+
+
+def test_the_msl_adapter_passes_each_kernels_source_and_name_through_untouched(tmp_path):
+    """The generated entry points compile, and hand the MSL text over byte for byte, even MSL that
+    tries to close the raw string; every name in the code is a checked identifier."""
+    import ctypes
+
+    from shimkit.csrc.build import compile_shared_library
+
+    (tmp_path / "f.metal").write_text(HOSTILE_MSL)
+    kernel = Kernel(name="hostile", directory=str(tmp_path), runtime_sources=("f.metal",),
+                    msl=MslKernel(source="f.metal", function="my_fn"))
+    plugin = OpPlugin(name="hostile", ops=("aten::logaddexp",),
+                      shims=(Shim(op="aten::logaddexp", device="mps", symbol="aoti_torch_mps_logaddexp_out",
+                                  kernel=kernel),))
+    config = registry_with(Records(plugin)).backend_config("mps")
+    assert [s.symbol for s in config.msl_shims] == ["aoti_torch_mps_logaddexp_out"]
+    assert MSL_ADAPTER in config.kernel_sources
+    generated = config.msl_adapter_source().replace("#include <executorch/backends/aoti/common_shims.h>", "")
+    (tmp_path / "adapter.cpp").write_text(ADAPTER_STUBS + generated)
+    library = ctypes.CDLL(str(compile_shared_library("msl_adapter", [tmp_path / "adapter.cpp"],
+                                                     extra_flags=("-fvisibility=default",))))
+    entry = library.aoti_torch_mps_logaddexp_out
+    entry.argtypes = [ctypes.c_void_p] * 3
+    entry.restype = ctypes.c_int
+    assert entry(1, 2, 3) == 0
+    library.recorded.restype = ctypes.c_char_p
+    assert library.recorded(0).decode() == HOSTILE_MSL
+    assert library.recorded(1).decode() == "my_fn"
+    assert library.recorded(2).decode() == "3"  # out and logaddexp's two tensor arguments

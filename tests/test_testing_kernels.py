@@ -9,7 +9,8 @@ import torch
 import shimkit.plugins.addmm as addmm_plugin
 from registry_helpers import CLEAN_ENV
 from shimkit.backend import new_registry, use_registry
-from shimkit.registry import Kernel, OpPlugin, Shim, hookimpl
+from shimkit.registry import InvalidPluginRecord, Kernel, MslKernel, OpPlugin, Shim, hookimpl
+from shimkit.testing import PropertyFailure, assert_plugin_matches_reference
 from shimkit.testing.kernels import KernelLoadError, host_module, kernels
 
 HOST_SOURCE = r"""
@@ -83,3 +84,54 @@ def test_kernels_are_found_by_plugin_name_from_the_registry(tmp_path):
         assert kernels("addmm") == [addmm_plugin.KERNEL]
         with pytest.raises(LookupError, match="no registered op plugin 'nope'"):
             kernels("nope")
+
+
+WRONG_ABS = """
+#include <metal_stdlib>
+using namespace metal;
+template <typename T>
+kernel void my_abs(device T* out, constant T* x, uint i [[thread_position_in_grid]]) {
+  out[i] = x[i] < T(0) ? -x[i] : x[i] + T(WRONG);  // WRONG is 0 or 1
+}
+template [[host_name("my_abs_float")]] kernel void my_abs<float>(device float*, constant float*, uint);
+template [[host_name("my_abs_half")]] kernel void my_abs<half>(device half*, constant half*, uint);
+"""
+
+
+def abs_plugin(folder, wrong: int) -> OpPlugin:
+    from hypothesis import strategies as st
+
+    (folder / "abs.metal").write_text(WRONG_ABS.replace("WRONG", str(wrong)))
+    kernel = Kernel(name="my_abs", directory=str(folder), runtime_sources=("abs.metal",),
+                    msl=MslKernel(source="abs.metal", function="my_abs", dtypes=("float", "half")))
+    values = st.lists(st.floats(-100, 100, width=16), min_size=0, max_size=9)
+    return OpPlugin(name="my-abs", ops=("aten::abs",),
+                    shims=(Shim(op="aten::abs", device="mps", symbol="aoti_torch_mps_abs_out", kernel=kernel),),
+                    references={"aten::abs": torch.abs},
+                    input_strategies={"aten::abs": lambda: values.map(lambda v: (torch.tensor(v, dtype=torch.float32),))})
+
+
+def test_a_plugins_msl_kernel_is_checked_in_every_dtype_with_no_code_of_its_own(tmp_path, register_plugin):
+    from hypothesis import settings
+
+    register_plugin(abs_plugin(tmp_path, wrong=0))
+    assert_plugin_matches_reference("my-abs", settings=settings(max_examples=30, derandomize=True, deadline=None))
+
+
+def test_a_wrong_msl_kernel_is_caught_naming_the_kernel_and_dtype(tmp_path, register_plugin):
+    from hypothesis import settings
+
+    register_plugin(abs_plugin(tmp_path, wrong=1))
+    with pytest.raises(PropertyFailure, match=r"my-abs: MSL kernel my_abs_(float|half) of aten::abs.default"):
+        assert_plugin_matches_reference("my-abs", settings=settings(max_examples=60, derandomize=True,
+                                                                    deadline=None, database=None))
+
+
+def test_msl_kernel_records_are_validated(tmp_path):
+    with pytest.raises(InvalidPluginRecord, match="must name a .metal file"):
+        MslKernel(source="abs.cpp", function="f")
+    with pytest.raises(InvalidPluginRecord, match="dtypes must be MSL type names"):
+        MslKernel(source="abs.metal", function="f", dtypes=("float32",))
+    (tmp_path / "abs.metal").write_text("")
+    with pytest.raises(InvalidPluginRecord, match="must be one of the runtime_sources"):
+        Kernel(name="k", directory=str(tmp_path), msl=MslKernel(source="abs.metal", function="f"))

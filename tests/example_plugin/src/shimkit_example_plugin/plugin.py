@@ -1,15 +1,27 @@
 """A third-party op plugin, discovered through the ``shimkit`` entry-point group.
 
-It teaches every device without a ``logaddexp`` shim to decompose the op into ops Inductor generates
-code for, and carries the eager reference and an input strategy so ``shimkit.testing`` can check the
-decomposition.
+On mps it ships a kernel: ``csrc/logaddexp.metal``, an MSL kernel the runtime dispatches through
+shimkit's generated adapter as ``aoti_torch_mps_logaddexp_out``, with the package's own compiled C++
+(``shimkit_example_plugin._kernels``) as the host module. Every other device decomposes the op into ops
+Inductor generates code for. The eager reference and an input strategy let ``shimkit.testing`` check
+the decomposition, the MSL kernel (through ``shimkit.metal``) and the C++ kernel.
 """
+
+from pathlib import Path
 
 import torch
 
-from shimkit.registry import OpPlugin, hookimpl
+from shimkit.registry import Kernel, MslKernel, OpPlugin, Shim, hookimpl
 
 LOGADDEXP = "aten::logaddexp.default"
+KERNEL = Kernel(
+    name="example_logaddexp",
+    directory=str(Path(__file__).resolve().parent / "csrc"),
+    runtime_sources=("logaddexp.metal",),
+    msl=MslKernel(source="logaddexp.metal", function="logaddexp"),
+    host_module="shimkit_example_plugin._kernels",
+    entry_points=("logaddexp",),
+)
 
 
 def logaddexp_decomposition(a, b):
@@ -41,8 +53,9 @@ def shimkit_op_plugins():
     yield OpPlugin(
         name="example-logaddexp",
         ops=(LOGADDEXP,),
+        shims=(Shim(op=LOGADDEXP, device="mps", symbol="aoti_torch_mps_logaddexp_out", kernel=KERNEL),),
         decompositions={LOGADDEXP: logaddexp_decomposition},
         references={LOGADDEXP: torch.logaddexp},
         input_strategies={LOGADDEXP: logaddexp_inputs},
-        doc="logaddexp as max + log1p(exp(-|a-b|)), for devices with no logaddexp shim.",
+        doc="logaddexp: an MSL kernel on mps; max + log1p(exp(-|a-b|)) on devices with no logaddexp shim.",
     )
