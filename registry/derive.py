@@ -155,6 +155,10 @@ def cmake_quoted(text: str) -> str:
     return '"' + "".join(_CMAKE_ESCAPES.get(c, c) for c in text) + '"'
 
 
+def _declares_msl(shim: Shim) -> bool:
+    return shim.kernel is not None and shim.kernel.msl is not None
+
+
 def _raw_string_delimiter(source: str, index: int) -> str:
     """A raw-string delimiter (at most 16 characters) that ``source`` does not contain closed."""
     for attempt in range(1000):
@@ -331,7 +335,7 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
         post_grad_passes=tuple(p for _, p in built["post_grad"]),
         post_grad_pass_names=tuple(n for n, _ in built["post_grad"]),
         kernel_sources=sources,
-        msl_shims=tuple(_shim(p) for p in shims.values() if _shim(p).kernel is not None and _shim(p).kernel.msl is not None),
+        msl_shims=tuple(shim for shim in map(_shim, shims.values()) if _declares_msl(shim)),
         kernel_providers=MappingProxyType(kernel_providers),
         shadowed=tuple(shadowed),
     )

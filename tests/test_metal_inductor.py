@@ -28,6 +28,11 @@ CASES = {
     "erf_gelu": (lambda x: torch.erf(x) + F.gelu(x), lambda d: (rand(50, dtype=d),)),
     "special": (lambda x: torch.special.i0(x) + torch.special.erfinv(x.clamp(-0.9, 0.9)) + torch.lgamma(x.abs() + 1),
                 lambda d: (rand(30, dtype=d),)),
+    "gammainc": (lambda x: torch.special.gammainc(x.abs() + 1, x.abs()), lambda d: (rand(24, dtype=d),)),
+    "bessel_zeta_digamma": (lambda x: torch.special.bessel_j0(x) + torch.special.zeta(x.abs() + 2, 1.0)
+                            + torch.digamma(x.abs() + 1) + torch.polygamma(1, x.abs() + 1), lambda d: (rand(24, dtype=d),)),
+    "i1e_erfcx_chebyshev": (lambda x: torch.special.i1e(x) + torch.special.erfcx(x)
+                            + torch.special.chebyshev_polynomial_t(x, 3), lambda d: (rand(24, dtype=d),)),
     "where": (lambda x, y: torch.where(x > y, x, y * 2), lambda d: (rand(6, 7, dtype=d), rand(6, 7, dtype=d, seed=1))),
     "broadcast": (lambda x, y: x + y * 3, lambda d: (rand(4, 1, 5, dtype=d), rand(3, 1, dtype=d))),
     "noncontiguous": (lambda x: x.t() * 2 + 1, lambda d: (rand(9, 11, dtype=d),)),

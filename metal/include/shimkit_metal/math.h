@@ -1,5 +1,6 @@
 // Metal's math and common functions (<metal_math>, <metal_common>, <metal_relational>, <metal_integer>)
-// over scalars and vectors. Floating functions compute in float (double is not a Metal type) and round
+// over scalars and vectors: only those Metal has (no log1p, expm1 or erf, which c10 defines itself).
+// Floating functions compute in float (double is not a Metal type) and round
 // half/bfloat results once; precise:: and fast:: name the same functions, since the CPU has one
 // precision (fast:: may be less exact on a GPU, never more).
 #pragma once
@@ -89,9 +90,6 @@ SHIMKIT_FLOAT_UNARY(fabs, __builtin_fabsf(x))
 SHIMKIT_FLOAT_UNARY(fract, __builtin_fminf(x - __builtin_floorf(x), decltype(x)(0x1.fffffep-1)))
 SHIMKIT_FLOAT_UNARY(saturate, __builtin_fminf(__builtin_fmaxf(x, decltype(x)(0)), decltype(x)(1)))
 SHIMKIT_FLOAT_UNARY(sign, (x > 0 ? decltype(x)(1) : x < 0 ? decltype(x)(-1) : x == x ? decltype(x)(0) : x))
-SHIMKIT_FLOAT_UNARY(log1p, __builtin_log1pf(x))
-SHIMKIT_FLOAT_UNARY(expm1, __builtin_expm1f(x))
-SHIMKIT_FLOAT_UNARY(erf, __builtin_erff(x))
 #undef SHIMKIT_FLOAT_UNARY
 
 #define SHIMKIT_FLOAT_BINARY(name, expr)                                                          \
@@ -275,7 +273,7 @@ using metal::max; using metal::min; using metal::pow; using metal::powr; using m
 using metal::round; using metal::rsqrt; using metal::sin; using metal::sinh; using metal::sinpi;
 using metal::sqrt; using metal::tan; using metal::tanh; using metal::tanpi; using metal::trunc;
 using metal::clamp; using metal::abs; using metal::divide; using metal::sincos;
-using metal::log1p; using metal::expm1; using metal::erf; using metal::sign; using metal::fdim;
+using metal::sign; using metal::fdim;
 }  // namespace precise
 namespace fast {
 using namespace precise;
