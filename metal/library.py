@@ -131,9 +131,8 @@ class MetalKernel:
         self._launch = getattr(library, f"shimkit_launch_{index}")
         self._launch.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(Dispatch)]
         self._launch.restype = ctypes.c_int
-        threadgroup_bytes = getattr(library, f"shimkit_tg_{index}")
-        threadgroup_bytes.restype = ctypes.c_ulong
-        self._static_memory = int(threadgroup_bytes())
+        self._threadgroup_bytes = getattr(library, f"shimkit_tg_{index}")
+        self._threadgroup_bytes.restype = ctypes.c_ulong
         self._last_error = library.shimkit_last_error
         self._last_error.restype = ctypes.c_char_p
 
@@ -147,7 +146,8 @@ class MetalKernel:
 
     @property
     def static_thread_group_memory_length(self) -> int:
-        return self._static_memory
+        # Measured on request only: it is one dry call of the kernel (frontend.py).
+        return int(self._threadgroup_bytes())
 
     def __repr__(self) -> str:
         return f"<shimkit.metal kernel {self._info.name!r}: {self._info.buffers} buffers>"

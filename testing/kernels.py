@@ -140,6 +140,7 @@ def _import_extension(name: str, path: str) -> ModuleType:
         raise KernelLoadError(f"{path} is not a loadable extension module")
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
+    sys.modules[name] = module  # an extension initialises once per process: later loads reuse it
     return module
 
 
