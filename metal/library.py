@@ -10,6 +10,7 @@ as 32-bit floats, ints and bools as 64-bit longs, lists as arrays; ``arg_casts``
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import re
@@ -59,7 +60,9 @@ _lock = threading.Lock()
 _compiled: dict[tuple[str, bool], tuple[ctypes.CDLL, Translation]] = {}
 
 
+@functools.lru_cache(maxsize=None)
 def _headers_digest() -> str:
+    """The digest of shimkit's metal_stdlib headers: package files, read once per process."""
     digest = hashlib.sha256()
     for header in sorted(INCLUDE_DIR.rglob("*")):
         if header.is_file():
@@ -269,10 +272,12 @@ def _scalar_bytes(name: str, index: int, value: Any, cast: torch.dtype | None) -
                         f"an int, a bool or a list of numbers")
     if not all(isinstance(v, (bool, int, float)) for v in values):
         raise TypeError(f"kernel {name!r}: argument {index} holds a non-number")
+    if cast is torch.bfloat16:
+        # numpy has no bfloat16: its bits go out as int16.
+        return torch.tensor(values, dtype=torch.float32).to(cast).view(torch.int16).numpy().tobytes()
     if cast is not None:
-        return torch.tensor(values, dtype=torch.float64 if isinstance(values[0], float) else torch.int64).to(
-            cast).numpy().tobytes() if cast != torch.bfloat16 else torch.tensor(values, dtype=torch.float32).to(
-            torch.bfloat16).view(torch.int16).numpy().tobytes()
+        source = torch.float64 if isinstance(values[0], float) else torch.int64
+        return torch.tensor(values, dtype=source).to(cast).numpy().tobytes()
     if isinstance(values[0], float):
         return struct.pack(f"<{len(values)}f", *values)
     return struct.pack(f"<{len(values)}q", *(int(v) for v in values))

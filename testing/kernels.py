@@ -68,8 +68,7 @@ def _load(kernel: Kernel, sanitize: bool) -> ModuleType:
                                   f"import ({error}); is the plugin package built and installed?") from error
     elif kernel.host_sources:
         try:
-            path = compile_host_module(kernel.name, kernel.host_paths, uses_sdk=kernel.uses_sdk,
-                                       links_libtorch=kernel.links_libtorch, sanitize=sanitize)
+            path = _build(kernel, sanitize)
         except RuntimeError as error:
             raise KernelLoadError(f"kernel {kernel.name!r}: building its host module failed: {error}") from error
         module = _import_extension(f"shimkit_kernel_{kernel.name}", str(path))
@@ -126,6 +125,11 @@ def msl_kernel(kernel: Kernel, dtype: str) -> Callable[..., Any]:
 
     run.__qualname__ = f"{kernel.name}.msl.{spec.function}_{dtype}"
     return run
+
+
+def _build(kernel: Kernel, sanitize: bool) -> Path:
+    return compile_host_module(kernel.name, kernel.host_paths, uses_sdk=kernel.uses_sdk,
+                               links_libtorch=kernel.links_libtorch, sanitize=sanitize)
 
 
 def _import_extension(name: str, path: str) -> ModuleType:
@@ -191,8 +195,7 @@ def main() -> int:
     names = dict.fromkeys(r.record.name for r in get_registry().op_plugins())
     for kernel in (k for name in names for k in kernels(name)):
         if kernel.host_sources:
-            print(compile_host_module(kernel.name, kernel.host_paths, uses_sdk=kernel.uses_sdk,
-                                      links_libtorch=kernel.links_libtorch, sanitize=_sanitize_requested()))
+            print(_build(kernel, _sanitize_requested()))
     return 0
 
 
