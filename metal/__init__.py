@@ -21,6 +21,19 @@ from shimkit.metal.library import MetalCompileError, MetalKernel, ShaderLibrary
 from shimkit.metal.library import compile_shader as compile_for_cpu
 
 
+# The MSL scalar type that holds each torch dtype, as kernels name their variants (``sort_stable_half``).
+MSL_TYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat", "int64": "long", "int32": "int",
+             "int16": "short", "int8": "char", "uint8": "uchar", "bool": "bool"}
+
+
+def msl_type(dtype) -> str:
+    """The MSL type name of a torch dtype: ``msl_type(torch.float16) == "half"``."""
+    name = str(dtype).removeprefix("torch.")
+    if name not in MSL_TYPES:
+        raise TypeError(f"{dtype} has no Metal scalar type (Metal has {', '.join(MSL_TYPES)})")
+    return MSL_TYPES[name]
+
+
 def compile_shader(source: str):
     """Compiles MSL ``source``: on the CPU (default), or with ``torch.mps.compile_shader`` when
     ``SHIMKIT_METAL_DEVICE=mps`` on a Mac with MPS."""
@@ -33,4 +46,4 @@ def compile_shader(source: str):
     return compile_for_cpu(source)
 
 
-__all__ = ["MetalCompileError", "MetalKernel", "MetalSourceError", "ShaderLibrary", "compile_shader"]
+__all__ = ["MetalCompileError", "MetalKernel", "MetalSourceError", "MSL_TYPES", "ShaderLibrary", "compile_shader", "msl_type"]

@@ -17,6 +17,7 @@ BUILTIN_MODULES = (
     "addmm",
     "view_copy",
     "cumsum",
+    "sort",
     "baddbmm",
     "core_passes",
 )

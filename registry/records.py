@@ -63,22 +63,33 @@ MSL_DTYPES = ("float", "half", "bfloat", "int", "long", "short", "char", "uchar"
 
 @dataclass(frozen=True)
 class MslKernel:
-    """A Metal Shading Language compute kernel that implements an elementwise shim.
+    """A Metal Shading Language compute kernel that implements a shim.
 
-    The c-shim adapter (generated once for all such kernels, docs/kernels.md) dispatches one thread per
-    element of ``out``, binding ``out`` and then the op's tensor arguments in schema order as buffers
-    0, 1, ...; every tensor is contiguous with ``out``'s shape and dtype. ``source`` is the ``.metal`` file
-    (one of the kernel's ``runtime_sources``) and must define ``{function}_{dtype}`` (usually a template
-    instantiated with ``[[host_name]]``) for each of ``dtypes`` (MSL type names). On Linux,
-    ``shimkit.testing`` runs it through ``shimkit.metal`` against the plugin's reference.
+    ``source`` is the ``.metal`` file (one of the kernel's ``runtime_sources``) and must define
+    ``{function}_{dtype}`` (usually a template instantiated with ``[[host_name]]``) for each of ``dtypes``
+    (MSL type names). On Linux, ``shimkit.testing`` runs it through ``shimkit.metal`` against the plugin's
+    reference in each dtype.
+
+    Without ``launch`` the kernel is *elementwise*: the c-shim adapter (generated once for all such
+    kernels, docs/kernels.md) dispatches one thread per element of ``out``, binding ``out`` and then the
+    op's tensor arguments in schema order as buffers 0, 1, ...; every tensor is contiguous with ``out``'s
+    shape and dtype.
+
+    Any other dispatch is written once as ``launch(library, *args, **kwargs)``: it takes the compiled
+    library (``shimkit.metal`` on Linux, ``torch.mps.compile_shader`` on a Mac: one calling convention)
+    and the op's arguments, allocates the results, calls the kernels and returns what the op returns.
+    The kernel then ships its own c-shim adapter (an ``.mm`` among ``runtime_sources``) that dispatches
+    the same way on ExecuTorch's Metal runtime.
 
     >>> MslKernel(source="logaddexp.metal", function="logaddexp", dtypes=("float", "half"))
-    MslKernel(source='logaddexp.metal', function='logaddexp', dtypes=('float', 'half'))
+    MslKernel(source='logaddexp.metal', function='logaddexp', dtypes=('float', 'half'), launch=None)
+    >>> MslKernel(source="sort.metal", function="sort_stable", launch=launch_sort)   # doctest: +SKIP
     """
 
     source: str
     function: str
     dtypes: tuple[str, ...] = ("float", "half", "bfloat")
+    launch: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         label = self.function if isinstance(self.function, str) else repr(self.function)
@@ -90,6 +101,8 @@ class MslKernel:
         unknown = [d for d in self.dtypes if d not in MSL_DTYPES]
         if not self.dtypes or unknown:
             _fail("MslKernel", label, f"dtypes must be MSL type names from {MSL_DTYPES}, got {self.dtypes!r}")
+        if self.launch is not None and not callable(self.launch):
+            _fail("MslKernel", label, f"launch must be callable (library, *args, **kwargs), got {self.launch!r}")
 
     def names(self) -> tuple[str, ...]:
         """The kernel names the library must define, one per dtype."""
@@ -164,6 +177,9 @@ class Kernel:
                 _fail("Kernel", label, f"msl must be an MslKernel record, got {type(self.msl).__name__}")
             if self.msl.source not in self.runtime_sources:
                 _fail("Kernel", label, f"msl source {self.msl.source!r} must be one of the runtime_sources")
+            if self.msl.launch is not None and not any(s.endswith(".mm") for s in self.runtime_sources):
+                _fail("Kernel", label, "an MSL kernel with its own `launch` ships its own c-shim adapter: "
+                      "add the .mm that dispatches it on the Metal runtime to runtime_sources")
 
     def _check_source(self, label: str, role: str, source: str) -> None:
         relative = Path(source)

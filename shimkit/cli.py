@@ -103,7 +103,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
     if args.msl_adapter:
         with open(args.msl_adapter, "w", encoding="utf-8") as handle:
             handle.write(config.msl_adapter_source())
-        print(f"{args.msl_adapter}: c-shim entry points of {len(config.msl_shims)} MSL kernel(s)", file=sys.stderr)
+        print(f"{args.msl_adapter}: {len(config.msl_shims)} MSL kernel(s), c-shim entry points for the "
+              f"{len(config.elementwise_msl_shims)} elementwise one(s)", file=sys.stderr)
         return 0
     document = {
         "device": config.device,

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator
 
 from shimkit.backend import get_registry
 from shimkit.csrc.build import compile_host_module
+from shimkit.metal import MSL_TYPES
 from shimkit.registry import Kernel, ShimkitPluginError
 from shimkit.registry.records import MslKernel
 
@@ -83,14 +84,14 @@ def _load(kernel: Kernel, sanitize: bool) -> ModuleType:
 
 
 # The torch dtype each MSL element type holds.
-MSL_TORCH_DTYPES = {"float": "float32", "half": "float16", "bfloat": "bfloat16", "int": "int32", "long": "int64",
-                    "short": "int16", "char": "int8", "uchar": "uint8", "bool": "bool"}
+MSL_TORCH_DTYPES = {msl: torch_name for torch_name, msl in MSL_TYPES.items()}
 
 
 def msl_kernel(kernel: Kernel, dtype: str) -> Callable[..., Any]:
     """The plugin's MSL kernel for MSL type ``dtype``, compiled by ``shimkit.metal`` and called as the
-    generated c-shim adapter calls it: ``out`` (like the first tensor argument) then the tensor
-    arguments as buffers, one thread per element. Returns ``out``.
+    runtime calls it. An elementwise kernel is called as the generated c-shim adapter calls it: ``out``
+    (like the first tensor argument) then the tensor arguments as buffers, one thread per element; it
+    returns ``out``. A kernel with its own ``launch`` is called through it and returns what it returns.
 
     >>> import shimkit_example_plugin.plugin as example      # doctest: +SKIP
     >>> msl_kernel(example.KERNEL, "half")(a, b)             # doctest: +SKIP
@@ -107,6 +108,14 @@ def msl_kernel(kernel: Kernel, dtype: str) -> Callable[..., Any]:
                               f"(dtypes: {', '.join(spec.dtypes)})")
     library = compile_shader(Path(kernel.msl_path).read_text())
     function = getattr(library, f"{spec.function}_{dtype}")
+    if spec.launch is not None:
+        launch = spec.launch
+
+        def launched(*args: Any, **kwargs: Any) -> Any:
+            return launch(library, *args, **kwargs)
+
+        launched.__qualname__ = f"{kernel.name}.msl.{spec.function}_{dtype}"
+        return launched
     torch_dtype = getattr(torch, MSL_TORCH_DTYPES[dtype])
 
     def run(*args: Any) -> Any:

@@ -72,14 +72,15 @@ def test_no_plugins_shows_upstreams_cumsum_and_baddbmm_gaps(stock):
     assert [k["op"] for k in models["position_ids_dynamic"]["kernels"] if k["status"] == "missing"] == [
         "aten::cumsum.default"]
     assert models["position_ids_dynamic"]["status"] == "missing"
+    assert models["sorted_routing"]["missing"] == ["at::_ops::sort_stable::call"]
     others = {name: m["status"] for name, m in models.items()
-              if name not in ("cumsum", "baddbmm", "position_ids_dynamic", "no_such_model")}
+              if name not in ("cumsum", "baddbmm", "position_ids_dynamic", "sorted_routing", "no_such_model")}
     assert set(others.values()) == {"clean"}, others
 
 
 def test_no_plugins_fix_hints_point_at_the_plugins_that_close_the_gaps(stock):
     models = _by_name(stock)
-    for model, plugin in (("cumsum", "cumsum"), ("baddbmm", "baddbmm")):
+    for model, plugin in (("cumsum", "cumsum"), ("baddbmm", "baddbmm"), ("sorted_routing", "sort")):
         (kernel,) = [k for k in models[model]["kernels"] if k["status"] == "missing"]
         assert any(f"plugin {plugin!r}" in fix and "without --no-plugins" in fix for fix in kernel["fixes"])
 

@@ -242,7 +242,7 @@ def test_the_msl_adapter_passes_each_kernels_source_and_name_through_untouched(t
                       shims=(Shim(op="aten::logaddexp", device="mps", symbol="aoti_torch_mps_logaddexp_out",
                                   kernel=kernel),))
     config = registry_with(Records(plugin)).backend_config("mps")
-    assert [s.symbol for s in config.msl_shims] == ["aoti_torch_mps_logaddexp_out"]
+    assert "aoti_torch_mps_logaddexp_out" in [s.symbol for s in config.msl_shims]
     assert MSL_ADAPTER in config.kernel_sources
     generated = config.msl_adapter_source().replace("#include <executorch/backends/aoti/common_shims.h>", "")
     (tmp_path / "adapter.cpp").write_text(ADAPTER_STUBS + generated)

@@ -1,6 +1,6 @@
 """The bundled zoo: small models written in code with random weights, each covering a pattern that
 real Metal users hit (the seed's split + linear, MobileNet classifiers, YOLO necks, a Parakeet-like
-conformer block, a KV-cache decoder step, cumsum and baddbmm).
+conformer block, a KV-cache decoder step, cumsum, baddbmm and sort).
 
 Every factory returns ``(model, example_inputs)`` (``position_ids_dynamic`` adds its dynamic shapes) and seeds its own weights without touching the
 global RNG, so audits are reproducible and importing the zoo has no side effects.
@@ -38,4 +38,6 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
     ZooModel("baddbmm", ops.baddbmm_model, "batched matmul plus bias with baddbmm"),
     ZooModel("position_ids_dynamic", ops.position_ids_dynamic,
              "RoBERTa-style cumsum position ids with a dynamic sequence length (2..64)"),
+    ZooModel("sorted_routing", ops.sorted_routing,
+             "MoE-style routing: stable argsort of experts, sorted scores (at::_ops::sort_stable::call upstream)"),
 )}

@@ -84,3 +84,24 @@ def position_ids_dynamic():
     input_ids = torch.randint(0, 32, (2, 16), generator=generator)
     seq = torch.export.Dim("seq", min=2, max=64)
     return PositionIds(), (input_ids,), ({1: seq},)
+
+
+class SortedRouting(nn.Module):
+    """Mixture-of-experts style routing: tokens grouped by their top expert with a stable argsort (so
+    tokens keep their order within an expert), then each expert's scores sorted descending."""
+
+    def __init__(self, width: int = 16, experts: int = 4) -> None:
+        super().__init__()
+        self.router = nn.Linear(width, experts)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scores = self.router(x).softmax(-1)
+        expert = scores.argmax(-1)
+        order = torch.argsort(expert, dim=-1, stable=True)
+        ranked, _ = torch.sort(scores, dim=1, descending=True)
+        return x.gather(1, order.unsqueeze(-1).expand_as(x)), ranked
+
+
+@seeded
+def sorted_routing():
+    return SortedRouting(), (torch.randn(2, 12, 16),)
