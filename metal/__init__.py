@@ -6,6 +6,9 @@
     lib = compile_shader(MSL)
     lib.my_kernel(out, x, 2.0, threads=out.numel(), group_size=256)
 
+``metal_kernel(name, input_names, output_names, source)`` has MLX's (``mx.fast.metal_kernel``): the
+source is a kernel body, the signature is written from the inputs (:mod:`shimkit.metal.mlx`).
+
 The MSL is compiled as C++ against shimkit's ``metal_stdlib`` (docs/metal.md says what is emulated and
 how, and what is not); threads that synchronise run as cooperative fibers. On macOS with MPS,
 ``SHIMKIT_METAL_DEVICE=mps`` makes ``compile_shader`` the real ``torch.mps.compile_shader``, so the same
@@ -19,6 +22,7 @@ import os
 from shimkit.metal.frontend import MetalSourceError
 from shimkit.metal.library import MetalCompileError, MetalKernel, ShaderLibrary
 from shimkit.metal.library import compile_shader as compile_for_cpu
+from shimkit.metal.mlx import MetalKernelError, metal_kernel
 
 
 # The MSL scalar type that holds each torch dtype, as kernels name their variants (``sort_stable_half``).
@@ -46,4 +50,4 @@ def compile_shader(source: str):
     return compile_for_cpu(source)
 
 
-__all__ = ["MetalCompileError", "MetalKernel", "MetalSourceError", "MSL_TYPES", "ShaderLibrary", "compile_shader", "msl_type"]
+__all__ = ["MetalCompileError", "MetalKernel", "MetalKernelError", "MetalSourceError", "MSL_TYPES", "ShaderLibrary", "compile_shader", "metal_kernel", "msl_type"]

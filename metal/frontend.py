@@ -233,6 +233,8 @@ def reaches_sync(name: str, bodies: dict[str, list[str]], cache: dict[str, bool]
 
 KERNEL = re.compile(r"(?P<attrs>(?:\[\[[^\]]*\]\]\s*)*)\bkernel\s+void\s+"
                     r"(?P<name>(?:::\s*)?(?:[A-Za-z_]\w*\s*::\s*)*[A-Za-z_]\w*)\s*(?P<targs><[^;(){}]*?>)?\s*\(")
+DECLTYPE_INSTANTIATION = re.compile(r"\bkernel\s+decltype\s*\(\s*(?P<function>[A-Za-z_][\w:]*)\s*(?P<targs><[^;()]*>)"
+                                    r"\s*\)\s*(?P=function)\s*<[^;()]*>\s*;")
 TEMPLATE_HEADER = re.compile(r"template\s*<[^;{}]*>\s*$")
 LINE_MARKER = re.compile(r'^#\s*(\d+)\s+"([^"]*)"', re.M)
 
@@ -254,6 +256,9 @@ def translate(text: str) -> Translation:
     its line markers keep messages pointing at the MSL line. Each kernel's exported launcher is written
     where the kernel is defined (or instantiated), on the same line, so it sees the same names."""
     text = re.sub(r"\[\[\s*kernel\s*\]\]", "kernel", text)  # the attribute spelling of the keyword
+    # `kernel decltype(f<T>) f<T>;` (MLX's instantiation) is the same instantiation as `kernel void f<T>(...);`.
+    text = DECLTYPE_INSTANTIATION.sub(lambda m: f"kernel void {m['function']}{m['targs']}();"
+                                      + "\n" * m.group(0).count("\n"), text)
     parsed = blank_comments(text)
     edits: list[tuple[int, int, str]] = []
     definitions: dict[str, dict] = {}
