@@ -262,6 +262,8 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
             _watch_lowering(patches, MetalBackend, clock, audit, watch, to_inductor if check_numerics else None)
             audit.supported = frozenset(MetalBackend.get_supported_fallback_kernels())
             with clock.phase("to_edge"):
+                if config is not None:  # what a user runs before stock to_edge (README, "Before to_edge")
+                    exported = config.prepare_for_edge(exported)
                 lowered = to_edge_transform_and_lower(
                     exported,
                     partitioner=[MetalPartitioner([MetalBackend.generate_method_name_compile_spec("forward")])],

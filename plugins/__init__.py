@@ -19,5 +19,6 @@ BUILTIN_MODULES = (
     "cumsum",
     "sort",
     "baddbmm",
+    "addmv",
     "core_passes",
 )

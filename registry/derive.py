@@ -36,6 +36,7 @@ class Provision:
     shim: Shim | None = None
     decomposition: Callable[..., Any] | None = None
     eliminated_by: str | None = None
+    pre_edge: bool = False
 
     @property
     def kind(self) -> str:
@@ -78,7 +79,8 @@ class BackendConfig:
     ``fallback_kernels`` is the dict ``get_supported_fallback_kernels()`` returns, ``decomposition_table``
     maps ``OpOverload`` to decomposition (ops without a shim here), ``custom_c_shims`` is the value for
     ``aot_inductor.custom_ops_to_c_shims``, ``passes`` are the graph passes in order and
-    ``post_grad_passes`` the Inductor-side ones, ``kernel_sources`` the files a runtime build compiles.
+    ``post_grad_passes`` the Inductor-side ones, ``kernel_sources`` the files a runtime build compiles,
+    ``pre_edge_decomposition_table`` the decompositions :meth:`prepare_for_edge` applies before ``to_edge``.
     """
 
     device: str
@@ -94,6 +96,24 @@ class BackendConfig:
     kernel_providers: Mapping[str, Provision]
     shadowed: tuple[Provision, ...] = field(default=())
     msl_shims: tuple[Shim, ...] = field(default=())
+    pre_edge_decomposition_table: Mapping[torch._ops.OpOverload, Callable[..., Any]] = field(
+        default_factory=lambda: MappingProxyType({}))
+
+    def prepare_for_edge(self, exported: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+        """``exported`` with the plugins' pre-edge decompositions applied (``OpPlugin.pre_edge``: ops the
+        edge dialect rejects before any backend sees them), ready for stock ``to_edge_transform_and_lower``.
+        Returned unchanged when none of those ops occurs.
+
+        >>> config = backend_config("mps")                                   # doctest: +SKIP
+        >>> exported = config.prepare_for_edge(torch.export.export(model, example_inputs))
+        >>> to_edge_transform_and_lower(exported, partitioner=[MetalPartitioner(...)])
+        """
+        table = self.pre_edge_decomposition_table
+        if not table or not any(node.op == "call_function" and node.target in table
+                                for module in exported.graph_module.modules()
+                                if isinstance(module, torch.fx.GraphModule) for node in module.graph.nodes):
+            return exported
+        return exported.run_decompositions(dict(table))
 
     @property
     def elementwise_msl_shims(self) -> tuple[Shim, ...]:
@@ -283,7 +303,7 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
             shim_candidates.setdefault(shim.op, []).append(Provision(shim.op, plugin.name, entry.source, shim=shim))
         for op, fn in plugin.decompositions.items():
             decomposition_candidates.setdefault(op, []).append(
-                Provision(op, plugin.name, entry.source, decomposition=fn))
+                Provision(op, plugin.name, entry.source, decomposition=fn, pre_edge=op in plugin.pre_edge))
         for op, pass_name in plugin.eliminated_by.items():
             eliminations.setdefault(op, Provision(op, plugin.name, entry.source, eliminated_by=pass_name))
 
@@ -320,9 +340,14 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
 
     # Tables keyed by OpOverload leave out ops no loaded library defines: they cannot be in a graph.
     decomposition_table = {}
+    pre_edge_table = {}
     for op, provision in decompositions.items():
         overload = try_resolve_op(op)
-        if op not in shims and overload is not None and provision.decomposition is not None:
+        if overload is None or provision.decomposition is None:
+            continue
+        if provision.pre_edge:
+            pre_edge_table[overload] = declining_as_not_implemented(provision.decomposition)
+        elif op not in shims:
             decomposition_table[overload] = declining_as_not_implemented(provision.decomposition)
     custom_c_shims = {}
     for op, provision in shims.items():
@@ -344,6 +369,7 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
         capabilities=capabilities,
         fallback_kernels=MappingProxyType({name: None for name in sorted(kernel_providers)}),
         decomposition_table=MappingProxyType(decomposition_table),
+        pre_edge_decomposition_table=MappingProxyType(pre_edge_table),
         custom_c_shims=MappingProxyType(custom_c_shims),
         passes=tuple(p for _, p in built["graph"]),
         pass_names=tuple(n for n, _ in built["graph"]),

@@ -279,15 +279,45 @@ class Shim:
 
 
 @dataclass(frozen=True)
+class OpCall:
+    """One call of an op, as an input strategy yields it when the op takes keyword-only arguments
+    (a plain tuple is positional arguments only).
+
+    >>> OpCall((torch.zeros(2), torch.ones(2, 3), torch.ones(3)), {"beta": 0.5}).kwargs
+    {'beta': 0.5}
+    """
+
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "args", tuple(self.args))
+        if not isinstance(self.kwargs, Mapping) or not all(isinstance(k, str) for k in self.kwargs):
+            _fail("OpCall", "kwargs", f"kwargs must map argument names to values, got {self.kwargs!r}")
+        object.__setattr__(self, "kwargs", dict(self.kwargs))
+
+
+def as_call(value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``(args, kwargs)`` of what an input strategy yields: an :class:`OpCall` or a tuple of arguments."""
+    if isinstance(value, OpCall):
+        return value.args, dict(value.kwargs)
+    return tuple(value), {}
+
+
+@dataclass(frozen=True)
 class OpPlugin:
     """What one plugin knows about a family of ops.
 
     Every op in ``ops`` must be handled somehow: by a ``Shim`` on some device, by a decomposition
     (applied on devices that have no shim for the op), or by a pass named in ``eliminated_by`` that
     removes the op before Inductor sees it. ``references`` (eager implementations) and
-    ``input_strategies`` (callables returning hypothesis strategies of argument tuples) feed the tests.
+    ``input_strategies`` (callables returning hypothesis strategies of argument tuples, or of
+    :class:`OpCall`\ s for ops with keyword-only arguments) feed the tests.
     ``priority`` settles a clash over the same (op, device): the higher one wins; equal priorities are a
-    :class:`~shimkit.registry.errors.PluginConflictError`.
+    :class:`~shimkit.registry.errors.PluginConflictError`. ``pre_edge`` lists ops whose decomposition must
+    run on the exported program *before* ``to_edge``, because the edge dialect rejects them outright
+    (``aten.addmv`` is not core ATen, and the AOTI partitioner keeps every op undecomposed):
+    ``BackendConfig.prepare_for_edge`` applies them.
 
     >>> import torch
     >>> OpPlugin(
@@ -308,6 +338,7 @@ class OpPlugin:
     input_strategies: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     priority: int = 0
     doc: str = ""
+    pre_edge: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         name = self.name
@@ -339,6 +370,13 @@ class OpPlugin:
             _fail("OpPlugin", name, f"no shim, decomposition or eliminating pass for {', '.join(unhandled)}")
         if not isinstance(self.priority, int):
             _fail("OpPlugin", name, "priority must be an int")
+        if isinstance(self.pre_edge, (str, bytes)):
+            _fail("OpPlugin", name, "pre_edge must be a sequence of ops, not one string")
+        pre_edge = tuple(dict.fromkeys(_op("OpPlugin", name, op) for op in self.pre_edge))
+        undecomposed = [op for op in pre_edge if op not in self.decompositions]
+        if undecomposed:
+            _fail("OpPlugin", name, f"pre_edge names ops without a decomposition: {', '.join(undecomposed)}")
+        object.__setattr__(self, "pre_edge", pre_edge)
 
     def shims_for(self, device: str) -> tuple[Shim, ...]:
         return tuple(s for s in self.shims if s.device == device)

@@ -20,7 +20,7 @@ import torch
 from hypothesis import strategies as st
 
 from shimkit.backend import get_registry
-from shimkit.registry import UnknownOpError, canonical_op_name, resolve_op
+from shimkit.registry import UnknownOpError, as_call, canonical_op_name, resolve_op
 from shimkit.testing.strategies import TensorRecipe, broadcastable_shapes, shapes, tensor_recipes
 
 
@@ -325,9 +325,12 @@ _HAND_WRITTEN: dict[str, tuple[Callable, tuple[int, int]]] = {
 
 def _registry_spec(op: torch._ops.OpOverload, strategy_factory: Callable[[], st.SearchStrategy]) -> OpSpec:
     """A spec from a plugin's input strategy: concrete argument tuples, tensors pinned as recipes."""
-    def to_template(arguments: tuple) -> tuple[tuple, dict]:
-        return tuple(TensorArg(tuple(a.shape), recipe_of(a)) if isinstance(a, torch.Tensor) else a
-                     for a in arguments), {}
+    def pinned(value: Any) -> Any:
+        return TensorArg(tuple(value.shape), recipe_of(value)) if isinstance(value, torch.Tensor) else value
+
+    def to_template(value: Any) -> tuple[tuple, dict]:
+        args, kwargs = as_call(value)
+        return tuple(map(pinned, args)), {name: pinned(v) for name, v in kwargs.items()}
 
     return OpSpec(op, lambda value: strategy_factory().map(to_template), self_free=True,
                   doc="from the plugin's input_strategies")

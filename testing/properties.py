@@ -20,7 +20,7 @@ import torch
 from torch.fx.passes.infra.pass_base import PassResult
 
 from shimkit.backend import get_registry
-from shimkit.registry import OpPlugin, canonical_op_name
+from shimkit.registry import OpPlugin, as_call, canonical_op_name
 from shimkit.testing.kernels import MSL_TORCH_DTYPES, msl_kernel
 
 
@@ -404,7 +404,7 @@ def assert_plugin_matches_reference(plugin: str | OpPlugin, *, kernels: Mapping[
         if reference is None:
             raise ValueError(f"plugin {record.name!r} has no reference for {op}: nothing to check against")
         factory = record.input_strategies.get(op)
-        arguments = (factory().map(lambda args: (tuple(args), {})) if factory is not None
+        arguments = (factory().map(as_call) if factory is not None
                      else op_arguments(op, registry=registry))
         for kind, implementation in implementations:
             checks.append((f"{record.name}: {kind} of {op}", implementation, reference, arguments))
@@ -420,7 +420,7 @@ def assert_plugin_matches_reference(plugin: str | OpPlugin, *, kernels: Mapping[
             cast = _cast_floats_to(MSL_TORCH_DTYPES[dtype])
             checks.append((f"{record.name}: MSL kernel {shim.kernel.msl.function}_{dtype} of {shim.op}",
                            msl_kernel(shim.kernel, dtype), reference,
-                           factory().map(lambda args, cast=cast: (cast(tuple(args)), {}))))
+                           factory().map(as_call).map(lambda call, cast=cast: (cast(call[0]), call[1]))))
     if not checks:
         raise ValueError(f"plugin {record.name!r} has neither decompositions nor kernels to check")
 

@@ -32,7 +32,7 @@ def test_nan_order_signed_zeros_and_ties_are_atens(dtype, descending):
                                                                    "bfloat": "bfloat16"}[dtype]))
     sort = msl_kernel(sort_plugin.KERNEL, dtype)
     for dim in (0, 1, -1):
-        values, indices = sort(x, None, dim, descending)
+        values, indices = sort(x, dim=dim, descending=descending)
         expected_values, expected_indices = torch.sort(x, stable=True, dim=dim, descending=descending)
         assert torch.equal(indices, expected_indices)
         torch.testing.assert_close(values, expected_values, equal_nan=True, rtol=0, atol=0)
@@ -48,7 +48,7 @@ def test_long_rows_of_integers_with_many_ties(dtype):
     sort = msl_kernel(sort_plugin.KERNEL, dtype)
     for dim in (0, 1, 2):
         for descending in (False, True):
-            values, indices = sort(x, True, dim, descending)
+            values, indices = sort(x, stable=True, dim=dim, descending=descending)
             expected_values, expected_indices = torch.sort(x, stable=True, dim=dim, descending=descending)
             assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
 
@@ -56,12 +56,12 @@ def test_long_rows_of_integers_with_many_ties(dtype):
 def test_empty_and_zero_dim_inputs_sort_as_aten_does():
     sort = msl_kernel(sort_plugin.KERNEL, "float")
     for x, dim in ((torch.empty(0), 0), (torch.empty(3, 0), 1), (torch.empty(3, 0), 0), (torch.tensor(5.0), -1)):
-        values, indices = sort(x, None, dim, False)
+        values, indices = sort(x, dim=dim)
         expected_values, expected_indices = torch.sort(x, stable=True, dim=dim)
         assert values.shape == expected_values.shape and torch.equal(values, expected_values)
         assert torch.equal(indices, expected_indices) and indices.dtype == torch.int64
     with pytest.raises(IndexError, match="Dimension out of range"):
-        sort(torch.zeros(2, 3), None, 2, False)
+        sort(torch.zeros(2, 3), dim=2)
 
 
 def test_an_unstable_variant_of_the_kernel_is_caught(tmp_path, register_plugin):

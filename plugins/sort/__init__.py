@@ -18,13 +18,13 @@ from pathlib import Path
 
 import torch
 
-from shimkit.registry import Kernel, MslKernel, OpPlugin, Shim, hookimpl
+from shimkit.registry import Kernel, MslKernel, OpCall, OpPlugin, Shim, hookimpl
 
 SORT = "aten::sort.stable"
 SORT_DTYPES = ("float", "half", "bfloat", "long", "int", "short", "char", "uchar")
 
 
-def launch_sort(library, self: torch.Tensor, stable: bool | None = None, dim: int = -1,
+def launch_sort(library, self: torch.Tensor, *, stable: bool | None = None, dim: int = -1,
                 descending: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``sort.stable`` through ``library``'s ``sort_stable_<dtype>``, as ``sort_shim_mps.mm`` dispatches
     it: a contiguous ``self`` viewed as ``[outer, size, inner]`` around ``dim``, one thread per element."""
@@ -54,12 +54,12 @@ KERNEL = Kernel(
 )
 
 
-def sort_reference(self, stable=None, dim=-1, descending=False):
+def sort_reference(self, *, stable=None, dim=-1, descending=False):
     return torch.sort(self, stable=True, dim=dim, descending=descending)
 
 
 def sort_inputs():
-    """``(self, stable, dim, descending)``: rows full of ties, NaNs, infinities and signed zeros (where stability and ATen's order show),
+    """``sort.stable(self, stable=, dim=, descending=)`` calls: rows full of ties, NaNs, infinities and signed zeros (where stability and ATen's order show),
     0-d to 3-d, empty dims included, every dim and both directions."""
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
@@ -71,7 +71,9 @@ def sort_inputs():
 
     def call(shape):
         rank = max(len(shape), 1)
-        return st.tuples(hnp.arrays(np.float32, shape, elements=elements).map(torch.from_numpy),
+        return st.builds(lambda x, stable, dim, descending: OpCall((x,), {"stable": stable, "dim": dim,
+                                                                          "descending": descending}),
+                         hnp.arrays(np.float32, shape, elements=elements).map(torch.from_numpy),
                          st.sampled_from([None, True, False]), st.integers(-rank, rank - 1), st.booleans())
 
     return shapes.flatmap(call)
