@@ -20,5 +20,6 @@ BUILTIN_MODULES = (
     "sort",
     "baddbmm",
     "addmv",
+    "upsample_aa",
     "core_passes",
 )

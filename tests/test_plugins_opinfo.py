@@ -1,0 +1,78 @@
+"""The long-tail plugins against PyTorch's own OpInfo samples (torch.testing._internal.common_methods_invocations),
+inputs nobody here chose: every float32 sample, and the half-precision ones where the op supports them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.testing._internal.common_methods_invocations import op_db
+
+import shimkit.plugins.addmv as addmv
+import shimkit.plugins.sort as sort
+import shimkit.plugins.upsample_aa as upsample_aa
+from shimkit.metal import compile_shader
+
+OPS = {op.name: op for op in op_db}
+
+
+def samples(name: str, dtype: torch.dtype):
+    return list(OPS[name].sample_inputs("cpu", dtype, requires_grad=False))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_addmv_decomposition_on_opinfo_samples(dtype):
+    cases = samples("addmv", dtype)
+    assert cases
+    for sample in cases:
+        result = addmv.addmv_decomposition(sample.input, *sample.args, **sample.kwargs)
+        expected = addmv.addmv_reference(sample.input, *sample.args, **sample.kwargs)
+        tolerance = {} if dtype == torch.float32 else {"rtol": 0, "atol": float(torch.finfo(dtype).eps) * 32}
+        torch.testing.assert_close(result, expected, **tolerance)
+
+
+@pytest.mark.parametrize("name, op", [("_upsample_bilinear2d_aa", upsample_aa.BILINEAR_AA)])
+def test_antialiased_resize_on_opinfo_samples(name, op):
+    cases = samples(name, torch.float32)
+    assert cases
+    sized = upsample_aa._resize(op)
+    for sample in cases:
+        kwargs = dict(sample.kwargs)
+        expected = OPS[name].op(sample.input, *sample.args, **kwargs)
+        if "scale_factors" in kwargs:  # the .vec overload
+            result = upsample_aa._vec(sized)(sample.input, kwargs["output_size"], kwargs["align_corners"],
+                                             kwargs["scale_factors"])
+        else:
+            result = sized(sample.input, list(kwargs["output_size"]), kwargs["align_corners"], kwargs["scales_h"],
+                           kwargs["scales_w"])
+        torch.testing.assert_close(result, expected, msg=lambda m, k=kwargs: f"{k}: {m}")
+
+
+@pytest.fixture(scope="module")
+def sort_library():
+    return compile_shader(Path(sort.KERNEL.msl_path).read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", ["sort", "argsort"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
+def test_the_msl_sort_on_opinfo_samples(sort_library, name, dtype):
+    cases = samples(name, dtype)
+    assert cases
+    for sample in cases:
+        # OpInfo passes sort's arguments positionally or by keyword: bind them as torch.sort does.
+        dim, descending, stable = -1, False, None
+        positional = list(sample.args)
+        if positional and isinstance(positional[0], bool):  # sort(x, stable, dim, descending) form
+            stable = positional.pop(0)
+        if positional:
+            dim = positional.pop(0)
+        if positional:
+            descending = positional.pop(0)
+        dim = sample.kwargs.get("dim", dim)
+        descending = sample.kwargs.get("descending", descending)
+        stable = sample.kwargs.get("stable", stable)
+        values, indices = sort.launch_sort(sort_library, sample.input, stable=stable, dim=dim, descending=descending)
+        expected_values, expected_indices = torch.sort(sample.input, stable=True, dim=dim, descending=descending)
+        torch.testing.assert_close(values, expected_values, equal_nan=True, rtol=0, atol=0)
+        assert torch.equal(indices, expected_indices)
