@@ -324,12 +324,19 @@ def _device_guarded_methods_on_fake_mps(patches: ScopedPatches) -> None:
     cannot give for an mps tensor: indexing and index assignment, ``contiguous``, ``to``, ``copy_``.
     Fake-mode Python code meets them when it runs a decomposition or a fake kernel only to infer
     output metadata (``grid_sampler_2d`` and ``im2col`` index with tensors, the conv1d fake kernel
-    calls ``contiguous``). On fake mps tensors they are replaced by the ATen ops they perform, which
-    need no guard; forms the replacements do not cover go to the original (and fail as before).
+    calls ``contiguous``), on fake tensors and, inside Inductor's functionalized tracing, on
+    functional tensors wrapping them (``upsample_bilinear2d``'s decomposition makes a channels-last
+    input ``contiguous``). On mps tensors of both kinds they are replaced by the ATen ops they perform,
+    which need no guard; forms the replacements do not cover go to the original (and fail as before).
     """
-    fake_tensor_cls = torch._subclasses.FakeTensor
-    originals = {name: getattr(fake_tensor_cls, name)
-                 for name in ("__getitem__", "__setitem__", "contiguous", "to", "copy_")}
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    for tensor_cls in (torch._subclasses.FakeTensor, FunctionalTensor):
+        _replace_guarded_methods(patches, tensor_cls)
+
+
+def _replace_guarded_methods(patches: ScopedPatches, tensor_cls: type) -> None:
+    originals = {name: getattr(tensor_cls, name) for name in ("__getitem__", "__setitem__", "contiguous", "to", "copy_")}
 
     def __getitem__(self, index):
         if self.device.type == "mps":
@@ -359,7 +366,7 @@ def _device_guarded_methods_on_fake_mps(patches: ScopedPatches) -> None:
 
     for name, method in (("__getitem__", __getitem__), ("__setitem__", __setitem__),
                          ("contiguous", contiguous), ("to", to), ("copy_", copy_)):
-        patches.replace(fake_tensor_cls, name, method)
+        patches.replace(tensor_cls, name, method)
 
 
 @contextlib.contextmanager

@@ -163,3 +163,14 @@ def test_cli_refuses_untested_torch_and_lists_the_zoo(monkeypatch):
     monkeypatch.setattr(torch, "__version__", "2.12.0")
     code, _, err = _cli("seed_split_linear")
     assert code == 2 and "torch 2.12.0 is not supported" in err
+
+
+# Best to worst: a model must never end further down this list with shimkit than stock.
+STATUS_RANK = ("clean", "unchecked", "missing", "limitation", "wrong", "error")
+
+
+def test_no_zoo_model_is_worse_with_shimkit_than_stock(stock, with_plugins):
+    stock_status = {name: model["status"] for name, model in _by_name(stock).items()}
+    for name, model in _by_name(with_plugins).items():
+        assert STATUS_RANK.index(model["status"]) <= STATUS_RANK.index(stock_status[name]), (
+            name, stock_status[name], model["status"])

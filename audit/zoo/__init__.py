@@ -30,6 +30,8 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
              "MobileNetV2-like: inverted residuals, relu6, linear classifier"),
     ZooModel("yolo_neck_head", vision.yolo_neck_head,
              "YOLO-style neck and head: C2f split/cat, SPPF, nearest upsample"),
+    ZooModel("segformer_decode_head", vision.segformer_decode_head,
+             "SegFormer's all-MLP decode head: tokens laid out as images, bilinear upsampling, 1x1 fuse"),
     ZooModel("conformer_block", speech.conformer_block,
              "Parakeet-like conformer block: depthwise conv1d, SDPA, linear with bias, batch 1"),
     ZooModel("decoder_kv_cache", decoder.decoder_kv_cache,

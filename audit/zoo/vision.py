@@ -157,3 +157,27 @@ class YoloNeckHead(nn.Module):
 @seeded
 def yolo_neck_head():
     return YoloNeckHead(), (torch.randn(1, 3, 64, 64),)
+
+
+class SegformerDecodeHead(nn.Module):
+    """SegFormer's all-MLP decode head: each stage's tokens projected, laid back out as an image
+    (``permute`` then ``reshape``: a channels-last view once view_copy becomes view) and upsampled
+    bilinearly to the first stage's size, then fused."""
+
+    def __init__(self, widths: tuple[int, ...] = (16, 32), hidden: int = 16, labels: int = 4) -> None:
+        super().__init__()
+        self.projections = nn.ModuleList(nn.Linear(width, hidden) for width in widths)
+        self.fuse = nn.Conv2d(hidden * len(widths), hidden, 1)
+        self.classify = nn.Conv2d(hidden, labels, 1)
+
+    def forward(self, large: torch.Tensor, small: torch.Tensor) -> torch.Tensor:
+        maps = []
+        for tokens, side, projection in ((large, 16, self.projections[0]), (small, 8, self.projections[1])):
+            image = projection(tokens).permute(0, 2, 1).reshape(tokens.shape[0], -1, side, side)
+            maps.append(nn.functional.interpolate(image, size=(16, 16), mode="bilinear", align_corners=False))
+        return self.classify(torch.relu(self.fuse(torch.cat(maps[::-1], dim=1))))
+
+
+@seeded
+def segformer_decode_head():
+    return SegformerDecodeHead(), (torch.randn(1, 256, 16), torch.randn(1, 64, 32))

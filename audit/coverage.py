@@ -1,0 +1,267 @@
+"""The OpInfo coverage sweep: every op of PyTorch's OpInfo database, audited stock and with shimkit.
+
+Each op's first sample input (``torch.testing._internal.common_methods_invocations.op_db``, forward only)
+becomes a one-op model whose tensors are its inputs; it is exported and audited twice, with the stock
+``MetalBackend`` (``--no-plugins``) and with shimkit's registry. Each result is classified:
+
+* ``clean``: lowers with every kernel provided;
+* ``missing``: lowers, but calls kernels the runtime lacks;
+* ``pre-backend``: dies before the backend sees it (``to_edge``);
+* ``limitation``: the audit method cannot finish it (real work on the fake device);
+* ``error``: anything else in the backend;
+* ``not-exportable``: ``torch.export`` itself fails (torch's gap, not ExecuTorch's);
+* ``no-sample``: OpInfo has no sample in that dtype; ``timeout``: the audit did not finish.
+
+Run ``python -m shimkit.audit.coverage -j 2 --json coverage.json --markdown docs/coverage.md``; ``--ops``
+takes name patterns for a subset. Workers are separate processes; a crash or timeout in one op is that
+op's result, never the sweep's end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import multiprocessing
+import os
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable
+
+STATUSES = ("clean", "missing", "pre-backend", "limitation", "error", "not-exportable", "no-sample", "timeout")
+# The phases in which a failure means the model never reached the backend.
+PRE_BACKEND_PHASES = ("to_edge",)
+
+
+@dataclass
+class OpResult:
+    """One op in one dtype: its stock and shimkit status and the reason behind each non-clean one."""
+
+    op: str
+    dtype: str
+    stock: str
+    shimkit: str
+    stock_detail: str = ""
+    shimkit_detail: str = ""
+    seconds: float = 0.0
+
+    @property
+    def fixed(self) -> bool:
+        return self.stock != "clean" and self.shimkit == "clean"
+
+    @property
+    def regressed(self) -> bool:
+        return self.stock == "clean" and self.shimkit != "clean"
+
+
+def op_names(patterns: Iterable[str] = ()) -> list[str]:
+    """The OpInfo names (``name`` plus ``.variant``), filtered by fnmatch ``patterns``."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    names = sorted(dict.fromkeys(_full_name(op) for op in op_db))
+    patterns = list(patterns)
+    return [n for n in names if not patterns or any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+
+
+def _full_name(op: Any) -> str:
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+def _opinfo(name: str) -> Any:
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return next(op for op in op_db if _full_name(op) == name)
+
+
+class _OneOp:
+    """``forward(*tensors)`` calls the op with the sample's tensors replaced by the inputs."""
+
+    def __new__(cls, op: Any, sample: Any) -> Any:
+        import torch
+        import torch.utils._pytree as pytree
+
+        leaves, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
+        slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+        function = op.op
+
+        class OneOp(torch.nn.Module):
+            def forward(self, *tensors: Any) -> Any:
+                values = list(leaves)
+                for slot, tensor in zip(slots, tensors):
+                    values[slot] = tensor
+                first, args, kwargs = pytree.tree_unflatten(values, spec)
+                return function(first, *args, **kwargs)
+
+        return OneOp(), tuple(leaves[i] for i in slots)
+
+
+def _status(audit: Any) -> tuple[str, str]:
+    if audit.failure is None:
+        if audit.missing:
+            return "missing", ", ".join(sorted({k.name for k in audit.missing}))
+        return "clean", ""
+    failure = audit.failure
+    message = failure.message.splitlines()[0][:300] if failure.message else ""
+    if failure.phase == "export":
+        return "not-exportable", message
+    if failure.kind == "limitation":
+        return "limitation", message
+    if failure.phase in PRE_BACKEND_PHASES:
+        return "pre-backend", message
+    return "error", f"{failure.phase}: {message}"
+
+
+def audit_op(name: str, dtype_name: str) -> OpResult:
+    """Audit one OpInfo op stock and with shimkit (in this process)."""
+    import torch
+
+    from shimkit.audit.loader import LoadedModel
+    from shimkit.audit.runner import audit_loaded
+    from shimkit.backend import backend_config
+
+    start = time.perf_counter()
+    op = _opinfo(name)
+    dtype = getattr(torch, dtype_name)
+    if dtype not in op.supported_dtypes("cpu"):
+        return OpResult(name, dtype_name, "no-sample", "no-sample", "dtype not supported by the op")
+    try:
+        sample = next(iter(op.sample_inputs("cpu", dtype, requires_grad=False)))
+    except StopIteration:
+        return OpResult(name, dtype_name, "no-sample", "no-sample", "OpInfo gives no sample")
+    except Exception as error:  # a broken sample generator is reported like any other result
+        return OpResult(name, dtype_name, "no-sample", "no-sample", f"{type(error).__name__}: {error}"[:300])
+    model, inputs = _OneOp(op, sample)
+    try:
+        exported = torch.export.export(model, inputs, strict=False)
+    except Exception as error:
+        detail = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+        return OpResult(name, dtype_name, "not-exportable", "not-exportable", detail, detail,
+                        time.perf_counter() - start)
+    results = []
+    for config in (None, backend_config("mps")):
+        audit = audit_loaded(LoadedModel(name, exported=exported), config=config)
+        results.append(_status(audit))
+    (stock, stock_detail), (shimkit, shimkit_detail) = results
+    return OpResult(name, dtype_name, stock, shimkit, stock_detail, shimkit_detail, time.perf_counter() - start)
+
+
+def _quietly(name: str, dtype_name: str) -> dict[str, Any]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return asdict(audit_op(name, dtype_name))
+        except Exception as error:  # the sweep goes on; the op's row says what happened
+            detail = f"{type(error).__name__}: {error}"[:300]
+            return asdict(OpResult(name, dtype_name, "error", "error", detail, detail))
+
+
+def _quiet_worker() -> None:
+    import logging
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)  # torch and torchao print load warnings per process
+    logging.disable(logging.WARNING)
+
+
+def sweep(names: list[str], dtypes: list[str], jobs: int, timeout: float,
+          progress: Any = None) -> list[OpResult]:
+    """Every (op, dtype) audited in ``jobs`` worker processes, each op within ``timeout`` seconds."""
+    tasks = [(name, dtype) for name in names for dtype in dtypes]
+    results: list[OpResult] = []
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(jobs, initializer=_quiet_worker, maxtasksperchild=50) as pool:
+        pending = [(task, pool.apply_async(_quietly, task)) for task in tasks]
+        for index, ((name, dtype), handle) in enumerate(pending):
+            try:
+                result = OpResult(**handle.get(timeout=timeout))
+            except multiprocessing.TimeoutError:
+                result = OpResult(name, dtype, "timeout", "timeout", f"no result within {timeout:.0f} s")
+            results.append(result)
+            if progress is not None:
+                progress(index + 1, len(tasks), result)
+    return results
+
+
+def totals(results: list[OpResult]) -> dict[str, dict[str, int]]:
+    """Counts per status, stock and with shimkit."""
+    return {"stock": dict(Counter(r.stock for r in results)), "shimkit": dict(Counter(r.shimkit for r in results))}
+
+
+def goal(results: list[OpResult]) -> dict[str, Any]:
+    """Issue 13's measure: of the ops whose float32 sample exports and passes ``to_edge`` stock, the share
+    that lowers clean with shimkit."""
+    eligible = [r for r in results if r.dtype == "float32" and r.stock not in ("not-exportable", "pre-backend",
+                                                                               "no-sample", "timeout")]
+    clean = [r for r in eligible if r.shimkit == "clean"]
+    return {"eligible": len(eligible), "clean_with_shimkit": len(clean),
+            "share": round(len(clean) / len(eligible), 4) if eligible else None}
+
+
+def to_markdown(results: list[OpResult], seconds: float, jobs: int) -> str:
+    counts = totals(results)
+    measured = goal(results)
+    lines = ["# Op coverage: PyTorch's OpInfo database through the Metal lowering", "",
+             "Generated by `python -m shimkit.audit.coverage` (docs in `audit/coverage.py`): each op's first OpInfo",
+             "sample as a one-op model, audited stock (`--no-plugins`) and with shimkit's plugins.",
+             f"{len(results)} (op, dtype) pairs in {seconds:.0f} s with {jobs} worker(s).", "",
+             "## Totals", "", "| status | stock | shimkit |", "| --- | ---: | ---: |"]
+    for status in STATUSES:
+        lines.append(f"| {status} | {counts['stock'].get(status, 0)} | {counts['shimkit'].get(status, 0)} |")
+    lines += ["", f"Of the {measured['eligible']} float32 ops that export and pass `to_edge` stock, "
+              f"{measured['clean_with_shimkit']} lower clean with shimkit "
+              f"({100 * (measured['share'] or 0):.1f}%).", "",
+              "## Fixed by shimkit", ""]
+    fixed = [r for r in results if r.fixed]
+    lines += [f"- `{r.op}` ({r.dtype}): stock {r.stock} ({r.stock_detail})" for r in fixed] or ["(none)"]
+    lines += ["", "## Worse with shimkit than stock", ""]
+    regressed = [r for r in results if r.regressed]
+    lines += [f"- `{r.op}` ({r.dtype}): {r.shimkit} ({r.shimkit_detail})" for r in regressed] or ["(none)"]
+    lines += ["", "## Every op", "", "| op | dtype | stock | shimkit | why (shimkit, else stock) |",
+              "| --- | --- | --- | --- | --- |"]
+    for r in sorted(results, key=lambda r: (r.op, r.dtype)):
+        why = (r.shimkit_detail or r.stock_detail).replace("|", "\\|").replace("\n", " ")[:160]
+        lines.append(f"| `{r.op}` | {r.dtype} | {r.stock} | {r.shimkit} | {why} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m shimkit.audit.coverage", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", nargs="*", default=[], metavar="PATTERN", help="fnmatch patterns of OpInfo names")
+    parser.add_argument("--dtypes", default="float32", help="comma-separated, e.g. float32,float16")
+    parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per op and dtype")
+    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    parser.add_argument("--markdown", metavar="FILE", help="write the coverage report as Markdown")
+    args = parser.parse_args(argv)
+    names = op_names(args.ops)
+    if not names:
+        parser.error(f"no OpInfo op matches {args.ops}")
+    if args.jobs < 1:
+        parser.error("-j must be at least 1")
+    start = time.perf_counter()
+
+    def progress(done: int, total: int, result: OpResult) -> None:
+        print(f"[{done}/{total}] {result.op} {result.dtype}: stock {result.stock}, shimkit {result.shimkit}",
+              file=sys.stderr, flush=True)
+
+    results = sweep(names, args.dtypes.split(","), args.jobs, args.timeout, progress)
+    seconds = time.perf_counter() - start
+    document = {"seconds": round(seconds, 1), "jobs": args.jobs, "totals": totals(results), "goal": goal(results),
+                "results": [asdict(r) for r in results]}
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(document, handle, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as handle:
+            handle.write(to_markdown(results, seconds, args.jobs))
+    print(json.dumps({"seconds": document["seconds"], "totals": document["totals"], "goal": document["goal"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

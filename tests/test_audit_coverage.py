@@ -1,0 +1,59 @@
+"""The OpInfo coverage sweep (shimkit.audit.coverage): its classification on ops whose outcome is known, its
+report, and the command line on a small subset (CI runs this subset; the full sweep is one command)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from shimkit.audit.coverage import OpResult, audit_op, goal, op_names, to_markdown, totals
+
+
+@pytest.mark.parametrize("op, stock, shimkit", [
+    ("abs", "clean", "clean"),
+    ("addmv", "pre-backend", "clean"),       # not core ATen: to_edge refuses it; shimkit's pre-edge decomposition
+    ("argsort", "missing", "clean"),          # at::_ops::sort_stable::call: shimkit's MSL sort
+    ("_upsample_bilinear2d_aa", "missing", "clean"),  # proxy executor: shimkit's decomposition
+    ("cumsum", "missing", "clean"),
+])
+def test_ops_are_classified_stock_and_with_shimkit(op, stock, shimkit):
+    result = audit_op(op, "float32")
+    assert (result.stock, result.shimkit) == (stock, shimkit), result
+    if stock == "missing":
+        assert result.stock_detail  # names the missing kernel
+
+
+def test_a_dtype_the_op_does_not_support_is_no_sample():
+    assert audit_op("bitwise_and", "float32").stock == "no-sample"
+
+
+def test_the_report_counts_fixes_regressions_and_the_goal():
+    results = [OpResult("a", "float32", "clean", "clean"), OpResult("b", "float32", "missing", "clean", "k"),
+               OpResult("c", "float32", "pre-backend", "clean", "x"), OpResult("d", "float32", "clean", "error", "",
+                                                                               "inductor: boom"),
+               OpResult("e", "float32", "not-exportable", "not-exportable", "y", "y")]
+    assert totals(results)["shimkit"] == {"clean": 3, "error": 1, "not-exportable": 1}
+    assert goal(results) == {"eligible": 3, "clean_with_shimkit": 2, "share": 0.6667}
+    report = to_markdown(results, 12.0, 2)
+    assert "- `b` (float32): stock missing (k)" in report and "- `c` (float32)" in report
+    assert "- `d` (float32): error (inductor: boom)" in report  # worse with shimkit, listed
+    assert "| `e` | float32 | not-exportable | not-exportable | y |" in report
+
+
+def test_op_patterns_select_opinfo_names():
+    assert op_names(["addmv"]) == ["addmv"]
+    assert "nn.functional.interpolate.bilinear" in op_names(["nn.functional.interpolate.*"])
+
+
+def test_the_command_sweeps_a_subset_in_workers(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "shimkit.audit.coverage", "-j", "2", "--ops", "abs", "addmv",
+                           "--json", str(tmp_path / "c.json"), "--markdown", str(tmp_path / "c.md")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    document = json.loads((tmp_path / "c.json").read_text())
+    assert {(r["op"], r["stock"], r["shimkit"]) for r in document["results"]} == {
+        ("abs", "clean", "clean"), ("addmv", "pre-backend", "clean")}
+    assert "| `addmv` | float32 | pre-backend | clean |" in (tmp_path / "c.md").read_text()
