@@ -17,7 +17,8 @@ import time
 import warnings
 from typing import Iterator, TextIO
 
-from shimkit.audit.report import EXIT_INCOMPLETE, exit_code, render_text, to_json
+from shimkit.audit.parallel import MergeError, audit_in_workers, merge_reports, shard
+from shimkit.audit.report import EXIT_INCOMPLETE, document_of, render_text, to_json
 
 DESCRIPTION = """\
 Run ExecuTorch's Metal lowering (torch.export, to_edge_transform_and_lower with MetalPartitioner,
@@ -27,6 +28,9 @@ with the graph nodes and source lines behind it and what would fix it.
 
 MODEL is a bundled zoo name, path/to/file.py:factory (factory() returns (model, example_inputs)) or
 a saved .pt2 ExportedProgram. Without MODEL the whole bundled zoo is audited.
+
+`shimkit audit merge A.json B.json ...` combines --json reports (e.g. of --shard runs) into one, with
+the summary and exit status recomputed.
 """
 
 EPILOG = """\
@@ -48,6 +52,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--check-numerics", action="store_true",
                         help="also run each program handed to Inductor on the CPU, at the example sizes and "
                              "at other sizes its dynamic dimensions allow, against eager (max error per output)")
+    parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+                        help="audit models in N worker processes, one merged report (default: the number of "
+                             "cores; one model is audited in this process)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help="with -j: a model not audited within SECONDS is reported as an error, the others "
+                             "are kept")
+    parser.add_argument("--shard", metavar="K/N",
+                        help="audit only the K-th of N deterministic slices of the models (CI matrices); "
+                             "combine the --json reports with `shimkit audit merge A.json B.json ...`")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--list-zoo", action="store_true", help="list the bundled zoo models and exit")
     return parser
@@ -61,7 +74,8 @@ def _progress(stream: TextIO):
             started[index] = time.perf_counter()
             stream.write(f"[{index + 1}/{total}] {name} ...")
         else:
-            stream.write(f" {audit.status} ({time.perf_counter() - started[index]:.2f} s)\n")
+            status = audit["status"] if isinstance(audit, dict) else audit.status
+            stream.write(f" {status} ({time.perf_counter() - started[index]:.2f} s)\n")
         stream.flush()
 
     return report
@@ -89,6 +103,8 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
     stderr = stderr or sys.stderr
     from shimkit.audit.zoo import ZOO
 
+    if args.models and args.models[0] == "merge":
+        return merge(args.models[1:], args.json, stdout, stderr)
     if args.list_zoo:
         width = max(map(len, ZOO))
         for model in ZOO.values():
@@ -105,22 +121,51 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
         stderr.write(f"{error}\n")
         return EXIT_INCOMPLETE
     specs = list(args.models) or list(ZOO)
+    jobs = getattr(args, "jobs", 1)
+    if getattr(args, "shard", None):
+        try:
+            specs = shard(specs, args.shard)
+        except ValueError as error:
+            stderr.write(f"shimkit audit: {error}\n")
+            return EXIT_INCOMPLETE
+    if jobs < 1:
+        stderr.write(f"shimkit audit: -j takes a positive number of workers, got {jobs}\n")
+        return EXIT_INCOMPLETE
     progress = None if args.quiet else _progress(stderr)
     try:
         # What models and factories print goes to stderr: stdout carries the report alone.
         with _quiet_libraries(), contextlib.redirect_stdout(stderr):
-            result = run_audit(specs, plugins=not args.no_plugins, on_progress=progress,
-                               check_numerics=args.check_numerics)
+            if jobs > 1 and len(specs) > 1:
+                document = document_of(
+                    audit_in_workers(specs, plugins=not args.no_plugins, check_numerics=args.check_numerics,
+                                     jobs=min(jobs, len(specs)), timeout=getattr(args, "timeout", None),
+                                     on_progress=progress), plugins=not args.no_plugins)
+            else:
+                document = to_json(run_audit(specs, plugins=not args.no_plugins, on_progress=progress,
+                                             check_numerics=args.check_numerics))
     except ShimkitPluginError as error:
         stderr.write(f"shimkit audit: the plugin registry cannot be built: {error}\n")
         return EXIT_INCOMPLETE
-    document = to_json(result)
-    if args.json:
+    return _write(document, args.json, stdout)
+
+
+def _write(document: dict, as_json: bool, stdout: TextIO) -> int:
+    if as_json:
         json.dump(document, stdout, indent=2)
         stdout.write("\n")
     else:
         stdout.write(render_text(document) + "\n")
-    return exit_code(result)
+    return document["exit_code"]
+
+
+def merge(paths: list[str], as_json: bool, stdout: TextIO, stderr: TextIO) -> int:
+    """``shimkit audit merge A.json B.json ...``."""
+    try:
+        document = merge_reports(paths)
+    except MergeError as error:
+        stderr.write(f"shimkit audit merge: {error}\n")
+        return EXIT_INCOMPLETE
+    return _write(document, as_json, stdout)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -129,7 +174,7 @@ def run_command(args: argparse.Namespace) -> int:
     itself, for callers inside their own process, leaves the garbage collector alone."""
     from shimkit.audit.speed import freeze_imported_heap
 
-    if args.list_zoo:
+    if args.list_zoo or (args.models and args.models[0] == "merge"):
         return run(args)
     freeze_imported_heap()
     report = os.fdopen(os.dup(sys.stdout.fileno()), "w")

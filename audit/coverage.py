@@ -133,14 +133,14 @@ def audit_op(name: str, dtype_name: str) -> OpResult:
     except Exception as error:  # a broken sample generator is reported like any other result
         return OpResult(name, dtype_name, "no-sample", "no-sample", f"{type(error).__name__}: {error}"[:300])
     model, inputs = _OneOp(op, sample)
-    try:
-        exported = torch.export.export(model, inputs, strict=False)
-    except Exception as error:
-        detail = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
-        return OpResult(name, dtype_name, "not-exportable", "not-exportable", detail, detail,
-                        time.perf_counter() - start)
     results = []
     for config in (None, backend_config("mps")):
+        try:  # exported afresh for each audit: lowering consumes parts of the program (lifted constants)
+            exported = torch.export.export(model, inputs, strict=False)
+        except Exception as error:
+            detail = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+            return OpResult(name, dtype_name, "not-exportable", "not-exportable", detail, detail,
+                            time.perf_counter() - start)
         audit = audit_loaded(LoadedModel(name, exported=exported), config=config)
         results.append(_status(audit))
     (stock, stock_detail), (shimkit, shimkit_detail) = results
@@ -220,12 +220,35 @@ def to_markdown(results: list[OpResult], seconds: float, jobs: int) -> str:
     lines += ["", "## Worse with shimkit than stock", ""]
     regressed = [r for r in results if r.regressed]
     lines += [f"- `{r.op}` ({r.dtype}): {r.shimkit} ({r.shimkit_detail})" for r in regressed] or ["(none)"]
+    lines += ["", "## What is left with shimkit, most common first", "",
+              "Kernels still missing, with the ops that need them:", ""]
+    needed: dict[str, list[str]] = {}
+    for r in results:
+        if r.shimkit == "missing":
+            for kernel in r.shimkit_detail.split(", "):
+                needed.setdefault(kernel, []).append(r.op)
+    lines += [f"- `{kernel}` ({len(ops)}): {', '.join(f'`{o}`' for o in sorted(ops))}"
+              for kernel, ops in sorted(needed.items(), key=lambda item: (-len(item[1]), item[0]))] or ["(none)"]
+    lines += ["", "Stopped before the backend (`to_edge`), by reason:", ""]
+    reasons: dict[str, list[str]] = {}
+    for r in results:
+        if r.shimkit == "pre-backend":
+            reasons.setdefault(_reason(r.shimkit_detail), []).append(r.op)
+    lines += [f"- {reason} ({len(ops)}): {', '.join(f'`{o}`' for o in sorted(ops))}"
+              for reason, ops in sorted(reasons.items(), key=lambda item: (-len(item[1]), item[0]))] or ["(none)"]
     lines += ["", "## Every op", "", "| op | dtype | stock | shimkit | why (shimkit, else stock) |",
               "| --- | --- | --- | --- | --- |"]
     for r in sorted(results, key=lambda r: (r.op, r.dtype)):
         why = (r.shimkit_detail or r.stock_detail).replace("|", "\\|").replace("\n", " ")[:160]
         lines.append(f"| `{r.op}` | {r.dtype} | {r.stock} | {r.shimkit} | {why} |")
     return "\n".join(lines) + "\n"
+
+
+def _reason(detail: str) -> str:
+    """A failure message without the op it names, so that failures group by kind."""
+    if "is not in Core ATen opset" in detail:
+        return "not core ATen (the edge verifier rejects the op; no decomposition into core ATen exists)"
+    return detail.split(":")[0] + ": " + ":".join(detail.split(":")[1:])[:80].strip() if ":" in detail else detail
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,12 +28,7 @@ FIX_DOC = "docs/audit.md#fixing-a-missing-kernel"
 def exit_code(run: AuditRun) -> int:
     """130 if interrupted, 2 if any model could not be audited to the end, else 1 if any kernel is
     missing or any numerics check failed, else 0."""
-    if run.interrupted:
-        return EXIT_INTERRUPTED
-    statuses = {m.status for m in run.models}
-    if statuses & {"limitation", "error", "unchecked"}:
-        return EXIT_INCOMPLETE
-    return EXIT_MISSING if statuses & {"missing", "wrong"} else EXIT_CLEAN
+    return exit_code_of([{"status": m.status} for m in run.models], run.interrupted)
 
 
 def _op_candidates(kernel: KernelCall) -> list[str]:
@@ -170,17 +165,32 @@ def _version(distribution: str) -> str | None:
 
 
 def to_json(run: AuditRun) -> dict[str, Any]:
-    models = [_model_json(m, run) for m in run.models]
+    return document_of([_model_json(m, run) for m in run.models], plugins=run.plugins, interrupted=run.interrupted)
+
+
+def exit_code_of(models: list[dict[str, Any]], interrupted: bool = False) -> int:
+    """:func:`exit_code` from the models of a JSON report."""
+    if interrupted:
+        return EXIT_INTERRUPTED
+    statuses = {m["status"] for m in models}
+    if statuses & {"limitation", "error", "unchecked", "interrupted"}:
+        return EXIT_INCOMPLETE
+    return EXIT_MISSING if statuses & {"missing", "wrong"} else EXIT_CLEAN
+
+
+def document_of(models: list[dict[str, Any]], *, plugins: bool, interrupted: bool = False) -> dict[str, Any]:
+    """The JSON report for ``models`` (each as :func:`to_json` writes it), summary and status computed
+    from them: one run's, or several merged (``shimkit audit merge``, ``-j``)."""
     counts = {status: sum(m["status"] == status for m in models)
               for status in ("clean", "missing", "wrong", "unchecked", "limitation", "error", "interrupted")}
-    code = exit_code(run)
+    code = exit_code_of(models, interrupted)
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": "shimkit audit",
         "versions": {name: _version(name) for name in ("shimkit", "torch", "executorch")},
         "backend": "MetalBackend",
         "device": "mps",
-        "plugins": run.plugins,
+        "plugins": plugins,
         "status": {EXIT_CLEAN: "clean", EXIT_MISSING: "missing", EXIT_INCOMPLETE: "incomplete",
                    EXIT_INTERRUPTED: "interrupted"}[code],
         "exit_code": code,

@@ -1,0 +1,87 @@
+"""Auditing at scale: worker processes (-j), per-model timeouts, deterministic shards and merged reports."""
+
+from __future__ import annotations
+
+import io
+import json
+import textwrap
+
+import pytest
+
+from shimkit.audit.cli import configure_parser, run
+from shimkit.audit.parallel import MergeError, merge_reports, shard
+
+import argparse
+
+SLOW_MODEL = textwrap.dedent("""
+    import time
+    import torch
+
+    class Slow(torch.nn.Module):
+        def forward(self, x):
+            time.sleep(60)  # export runs forward: this model never finishes within the test's timeout
+            return x + 1
+
+    def model():
+        return Slow(), (torch.ones(2),)
+""")
+
+
+def audit(*argv: str) -> tuple[int, str]:
+    stdout, stderr = io.StringIO(), io.StringIO()
+    code = run(configure_parser(argparse.ArgumentParser()).parse_args(["--quiet", *argv]), stdout=stdout,
+               stderr=stderr)
+    return code, stdout.getvalue() or stderr.getvalue()
+
+
+def test_shards_cover_every_model_exactly_once():
+    specs = [f"m{i}" for i in range(11)]
+    slices = [shard(specs, f"{k}/3") for k in (1, 2, 3)]
+    assert sorted(sum(slices, [])) == sorted(specs)
+    assert slices[0] == ["m0", "m3", "m6", "m9"]
+    assert shard(specs, "1/1") == specs
+    for bad in ("0/2", "3/2", "1", "a/b", "1/0"):
+        with pytest.raises(ValueError, match="--shard takes K/N"):
+            shard(specs, bad)
+
+
+def test_workers_give_one_report_and_a_slow_model_costs_only_itself(tmp_path):
+    (tmp_path / "slow.py").write_text(SLOW_MODEL)
+    code, out = audit("-j", "2", "--timeout", "20", "--json", "seed_split_linear", f"{tmp_path / 'slow.py'}:model",
+                      "cumsum")
+    document = json.loads(out)
+    statuses = {m["name"]: m["status"] for m in document["models"]}
+    assert list(statuses) == ["seed_split_linear", f"{tmp_path / 'slow.py'}:model", "cumsum"]  # order kept
+    assert statuses["seed_split_linear"] == "clean" and statuses["cumsum"] == "clean"
+    slow = document["models"][1]
+    assert slow["status"] == "error" and "--timeout" in slow["failure"]["message"]
+    assert document["summary"]["models"] == 3 and document["summary"]["error"] == 1
+    assert code == document["exit_code"] == 2
+
+
+def test_shard_reports_merge_into_the_unsharded_result(tmp_path):
+    models = ["seed_split_linear", "cumsum", "baddbmm"]
+    paths = []
+    for k in (1, 2):
+        code, out = audit("-j", "1", "--no-plugins", "--json", "--shard", f"{k}/2", *models)
+        paths.append(tmp_path / f"shard{k}.json")
+        paths[-1].write_text(out)
+    merged = merge_reports([str(p) for p in paths])
+    assert sorted(m["name"] for m in merged["models"]) == sorted(models)
+    assert merged["summary"]["missing_kernels"] == sorted(["at::_ops::cumsum::call", "aoti_torch_mps_baddbmm_out"])
+    assert merged["exit_code"] == 1 and merged["summary"]["clean"] == 1
+    code, out = audit("merge", *map(str, paths))
+    assert code == 1 and "cumsum: MISSING" in out
+
+
+def test_merge_refuses_what_it_cannot_combine(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps({"tool": "shimkit audit", "schema_version": 0, "models": []}))
+    with pytest.raises(MergeError, match="a.json: schema version 0"):
+        merge_reports([str(tmp_path / "a.json")])
+    (tmp_path / "b.json").write_text("{not json")
+    with pytest.raises(MergeError, match="b.json: not a readable JSON report"):
+        merge_reports([str(tmp_path / "b.json")])
+    with pytest.raises(MergeError, match="at least one"):
+        merge_reports([])
+    code, out = audit("merge", str(tmp_path / "missing.json"))
+    assert code == 2 and "missing.json: not a readable JSON report" in out
