@@ -11,13 +11,25 @@ mps tensors, compiling nothing (:mod:`~shimkit.audit.fake_mps`), records each ke
 'clean'
 """
 
-from shimkit.audit.fake_mps import AuditEnvironmentError, check_torch_version, fake_mps_lowering
-from shimkit.audit.loader import LoadedModel, ModelLoadError, load_model
-from shimkit.audit.report import SCHEMA_VERSION, exit_code, render_text, to_json
-from shimkit.audit.runner import AuditRun, ModelAudit, audit_loaded, run_audit
+import importlib
+from typing import Any
 
-__all__ = [
-    "AuditEnvironmentError", "AuditRun", "LoadedModel", "ModelAudit", "ModelLoadError", "SCHEMA_VERSION",
-    "audit_loaded", "check_torch_version", "exit_code", "fake_mps_lowering", "load_model", "render_text",
-    "run_audit", "to_json",
-]
+from shimkit._versions import check_versions
+
+check_versions()  # as shimkit.registry and shimkit.passes do, before anything touches torch internals
+
+# Imported on first use: ``shimkit --help`` reads the audit's command line without torch or executorch.
+_EXPORTS = {
+    "AuditEnvironmentError": "fake_mps", "check_torch_version": "fake_mps", "fake_mps_lowering": "fake_mps",
+    "LoadedModel": "loader", "ModelLoadError": "loader", "load_model": "loader",
+    "SCHEMA_VERSION": "report", "exit_code": "report", "render_text": "report", "to_json": "report",
+    "AuditRun": "runner", "ModelAudit": "runner", "audit_loaded": "runner", "run_audit": "runner",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'shimkit.audit' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"shimkit.audit.{_EXPORTS[name]}"), name)

@@ -17,8 +17,7 @@ import time
 import warnings
 from typing import Iterator, TextIO
 
-from shimkit.audit.parallel import MergeError, audit_in_workers, merge_reports, shard
-from shimkit.audit.report import EXIT_INCOMPLETE, document_of, render_text, to_json
+from shimkit.audit.exit_status import EXIT_INCOMPLETE
 
 DESCRIPTION = """\
 Run ExecuTorch's Metal lowering (torch.export, to_edge_transform_and_lower with MetalPartitioner,
@@ -112,6 +111,8 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
         return 0
 
     from shimkit.audit.fake_mps import AuditEnvironmentError, check_torch_version
+    from shimkit.audit.parallel import audit_in_workers, shard
+    from shimkit.audit.report import document_of, to_json
     from shimkit.audit.runner import run_audit
     from shimkit.registry import ShimkitPluginError
 
@@ -150,6 +151,8 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
 
 
 def _write(document: dict, as_json: bool, stdout: TextIO) -> int:
+    from shimkit.audit.report import render_text
+
     if as_json:
         json.dump(document, stdout, indent=2)
         stdout.write("\n")
@@ -160,6 +163,8 @@ def _write(document: dict, as_json: bool, stdout: TextIO) -> int:
 
 def merge(paths: list[str], as_json: bool, stdout: TextIO, stderr: TextIO) -> int:
     """``shimkit audit merge A.json B.json ...``."""
+    from shimkit.audit.parallel import MergeError, merge_reports
+
     try:
         document = merge_reports(paths)
     except MergeError as error:

@@ -12,14 +12,11 @@ from typing import Any
 
 from shimkit.audit.numerics import NumericsReport
 from shimkit.audit.recorder import PROXY_EXECUTOR, GraphNode, KernelCall
+from shimkit.audit.exit_status import EXIT_CLEAN, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_MISSING
 from shimkit.audit.runner import PHASES, AuditRun, ModelAudit
 
 SCHEMA_VERSION = 1  # additions since: "numerics", "declines" per model; status "wrong"
 
-EXIT_CLEAN = 0
-EXIT_MISSING = 1
-EXIT_INCOMPLETE = 2
-EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
 
 UPSTREAM_PROVIDER = "upstream MetalBackend.get_supported_fallback_kernels()"
 FIX_DOC = "docs/audit.md#fixing-a-missing-kernel"

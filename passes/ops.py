@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import functools
 import operator
+import sys
 from typing import Any, Iterator
 
 import torch
 from torch import fx
 
-try:  # executorch is optional: without it there are no edge-dialect graphs to handle
-    from executorch.exir.dialects.edge._ops import EdgeOpOverload
-    from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge as _aten_to_edge
-except ImportError:  # pragma: no cover - exercised only where executorch is absent
-    EdgeOpOverload = None
-    _aten_to_edge = None
-
 aten = torch.ops.aten
+# executorch is optional and slow to import (seconds): it is imported when an edge op is first emitted.
+# Until a process has imported it there are no edge-dialect graphs, so no target can be an edge op.
+_EDGE_OPS_MODULE = "executorch.exir.dialects.edge._ops"
 
 
 def aten_op(target: Any) -> torch._ops.OpOverload | None:
@@ -35,17 +32,20 @@ def aten_op(target: Any) -> torch._ops.OpOverload | None:
 
 
 def is_edge(target: Any) -> bool:
-    return EdgeOpOverload is not None and isinstance(target, EdgeOpOverload)
+    edge_ops = sys.modules.get(_EDGE_OPS_MODULE)
+    return edge_ops is not None and isinstance(target, edge_ops.EdgeOpOverload)
 
 
 @functools.lru_cache(maxsize=None)
 def edge_op(op: torch._ops.OpOverload) -> Any:
     """The edge-dialect wrapper of ``op``; ``op`` itself for symbolic-shape ops edge does not wrap."""
-    if _aten_to_edge is None:
-        raise RuntimeError(f"cannot emit edge-dialect {op}: executorch is not installed")
     if op.namespace not in ("aten",) or op in _SYMBOLIC_OPS:
         return op
-    return _aten_to_edge(op)
+    try:
+        from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
+    except ImportError:
+        raise RuntimeError(f"cannot emit edge-dialect {op}: executorch is not installed") from None
+    return aten_to_edge(op)
 
 
 _SYMBOLIC_OPS = frozenset({aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default,
