@@ -1,8 +1,9 @@
 """Auditing many models at scale: worker processes (``-j``), deterministic shards (``--shard``) and
 merged reports (``shimkit audit merge``).
 
-Each model is audited in a worker process of its own pool (``spawn``: nothing of the parent's state is
-inherited), and comes back as its JSON report entry; the parent merges them in the order given. A model
+Each model is audited in a worker process forked from the parent (imports done, torch single-threaded,
+as DataLoader's workers) and comes back as its JSON report entry; the parent merges them in the order
+given. A model
 that crashes its worker or runs past ``timeout`` is reported as that model's error, and the others'
 results are kept.
 """
@@ -70,6 +71,12 @@ def _audit_one(spec: str, plugins: bool, check_numerics: bool, timeout: float | 
             signal.setitimer(signal.ITIMER_REAL, 0)
 
 
+def _single_threaded_torch() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
 def _failed(spec: str, phase: str, message: str) -> dict[str, Any]:
     """The report entry of a model whose worker gave no result."""
     from shimkit.audit.runner import PHASES
@@ -85,8 +92,11 @@ def audit_in_workers(specs: Sequence[str], *, plugins: bool, check_numerics: boo
                      ) -> list[dict[str, Any]]:
     """Every model of ``specs`` audited in ``jobs`` worker processes; their report entries, in order."""
     models: list[dict[str, Any]] = []
-    context = multiprocessing.get_context("spawn")
-    pool = context.Pool(jobs)
+    # Workers fork from this process, as torch's DataLoader forks its workers, so that none pays the seconds
+    # of importing torch, executorch and Inductor again; like DataLoader's, each runs torch single-threaded
+    # (GNU OpenMP's thread pool does not survive a fork).
+    context = multiprocessing.get_context("fork")
+    pool = context.Pool(jobs, initializer=_single_threaded_torch)
     try:
         pending = [(spec, pool.apply_async(_audit_one, (spec, plugins, check_numerics, timeout)))
                    for spec in specs]

@@ -46,3 +46,24 @@ def test_config_cmake_prints_a_cmake_list():
 def test_bad_usage_exits_2_with_a_message(argv):
     result = run(*argv)
     assert result.returncode == 2 and "usage: shimkit" in result.stderr
+
+
+def _imported_modules(*argv: str) -> set[str]:
+    """The modules ``python -m shimkit ARGV`` imports (from ``-X importtime``)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "shimkit", *argv], capture_output=True,
+                          text=True, timeout=300)
+    return {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_help_imports_neither_torch_nor_executorch():
+    modules = _imported_modules("--help")
+    assert "shimkit.audit.cli" in modules  # the audit's options are in the help
+    assert "torch" not in modules and "executorch" not in modules
+
+
+def test_listing_plugins_does_not_import_executorchs_compiler():
+    modules = _imported_modules("plugins")
+    assert "shimkit.backend" in modules and "executorch.exir" not in modules  # exir alone takes seconds
