@@ -81,7 +81,7 @@ setup(
         "pluggy>=1.5",
         "pybind11>=2.12",
     ],
-    extras_require={"test": ["pytest>=8", "hypothesis>=6.100"]},
+    extras_require={"test": ["pytest>=8", "hypothesis>=6.100"], "suites": ["transformers>=4.50"]},
     entry_points={
         "console_scripts": ["shimkit=shimkit.cli:main"],
         "pytest11": ["shimkit=shimkit.testing.pytest_plugin"],

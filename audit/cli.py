@@ -60,6 +60,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--shard", metavar="K/N",
                         help="audit only the K-th of N deterministic slices of the models (CI matrices); "
                              "combine the --json reports with `shimkit audit merge A.json B.json ...`")
+    parser.add_argument("--suite", action="append", default=[], metavar="SUITE[:PATTERN]",
+                        help="also audit the models of an installed library's suite, e.g. transformers or "
+                             "'transformers:*bert*' (random weights from configs, no downloads; "
+                             "pip install shimkit[suites])")
+    parser.add_argument("--report", metavar="FILE",
+                        help="also audit stock (--no-plugins) and write a Markdown coverage table to FILE: "
+                             "model, status with shimkit, missing kernels, stock status")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--list-zoo", action="store_true", help="list the bundled zoo models and exit")
     return parser
@@ -114,6 +121,7 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
     from shimkit.audit.parallel import audit_in_workers, shard
     from shimkit.audit.report import document_of, to_json
     from shimkit.audit.runner import run_audit
+    from shimkit.audit.suites import SuiteError, suite_models
     from shimkit.registry import ShimkitPluginError
 
     try:
@@ -121,7 +129,13 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
     except AuditEnvironmentError as error:
         stderr.write(f"{error}\n")
         return EXIT_INCOMPLETE
-    specs = list(args.models) or list(ZOO)
+    suites = getattr(args, "suite", [])
+    try:
+        suite_specs = [spec for argument in suites for spec in suite_models(argument)]
+    except SuiteError as error:
+        stderr.write(f"shimkit audit: {error}\n")
+        return EXIT_INCOMPLETE
+    specs = [*args.models, *suite_specs] if args.models or suite_specs else list(ZOO)
     jobs = getattr(args, "jobs", 1)
     if getattr(args, "shard", None):
         try:
@@ -136,18 +150,42 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
     try:
         # What models and factories print goes to stderr: stdout carries the report alone.
         with _quiet_libraries(), contextlib.redirect_stdout(stderr):
-            if jobs > 1 and len(specs) > 1:
-                document = document_of(
-                    audit_in_workers(specs, plugins=not args.no_plugins, check_numerics=args.check_numerics,
-                                     jobs=min(jobs, len(specs)), timeout=getattr(args, "timeout", None),
-                                     on_progress=progress), plugins=not args.no_plugins)
-            else:
-                document = to_json(run_audit(specs, plugins=not args.no_plugins, on_progress=progress,
-                                             check_numerics=args.check_numerics))
+            def audit(plugins: bool) -> dict:
+                if jobs > 1 and len(specs) > 1:
+                    return document_of(
+                        audit_in_workers(specs, plugins=plugins, check_numerics=args.check_numerics,
+                                         jobs=min(jobs, len(specs)), timeout=getattr(args, "timeout", None),
+                                         on_progress=progress), plugins=plugins)
+                return to_json(run_audit(specs, plugins=plugins, on_progress=progress,
+                                         check_numerics=args.check_numerics))
+
+            document = audit(not args.no_plugins)
+            if getattr(args, "report", None):
+                stock = document if args.no_plugins else audit(False)
+                with open(args.report, "w", encoding="utf-8") as handle:
+                    handle.write(coverage_table(document, stock))
     except ShimkitPluginError as error:
         stderr.write(f"shimkit audit: the plugin registry cannot be built: {error}\n")
         return EXIT_INCOMPLETE
     return _write(document, args.json, stdout)
+
+
+def coverage_table(audited: dict, stock: dict) -> str:
+    """The ``--report`` Markdown: per model (grouped by family: zoo, ``suite/family``), the status with
+    the audited setting, its missing kernels, and the stock status."""
+    stock_status = {m["name"]: m["status"] for m in stock["models"]}
+    setting = "shimkit" if audited["plugins"] else "stock"
+    lines = [f"# shimkit audit coverage ({len(audited['models'])} models)", "",
+             f"| model | {setting} | missing kernels | stock |", "| --- | --- | --- | --- |"]
+    for model in audited["models"]:
+        missing = ", ".join(f"`{k}`" for k in model["missing"]) or (
+            model["failure"]["message"].splitlines()[0][:120] if model["failure"] else "")
+        lines.append(f"| `{model['name']}` | {model['status']} | {missing.replace('|', '/')} | "
+                     f"{stock_status.get(model['name'], '?')} |")
+    summary = audited["summary"]
+    lines += ["", f"{summary['clean']} of {summary['models']} clean with {setting}; "
+              f"{sum(s == 'clean' for s in stock_status.values())} stock."]
+    return "\n".join(lines) + "\n"
 
 
 def _write(document: dict, as_json: bool, stdout: TextIO) -> int:

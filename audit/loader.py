@@ -108,7 +108,9 @@ def _load_exported(spec: str) -> LoadedModel:
 
 
 def load_model(spec: str) -> LoadedModel:
-    """Load one MODEL argument (zoo name, ``file.py:factory`` or ``.pt2``)."""
+    """Load one MODEL argument (zoo name, ``file.py:factory``, ``.pt2`` or a suite model such as
+    ``transformers/bert``)."""
+    from shimkit.audit.suites import build, is_suite_model
     from shimkit.audit.zoo import ZOO
 
     if spec.endswith(".pt2"):
@@ -117,6 +119,8 @@ def load_model(spec: str) -> LoadedModel:
         return _load_file_factory(spec)
     if spec in ZOO:
         return _from_factory(spec, ZOO[spec].factory, f"zoo model {spec!r}")
+    if is_suite_model(spec):
+        return _from_factory(spec, lambda: build(spec), f"suite model {spec!r}")
     if spec.endswith(".py"):
         raise ModelLoadError(f"{spec}: name the factory too, as {spec}:factory")
     close = difflib.get_close_matches(spec, list(ZOO), n=3)
