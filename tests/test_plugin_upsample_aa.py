@@ -32,10 +32,21 @@ MODEL = textwrap.dedent("""
 
 
 def test_the_decompositions_match_aten_on_generated_calls():
-    # The dynamic-size check runs below on sized calls; a fixed scale factor at other sizes is not a
-    # call F.interpolate makes (docs in resize_inputs).
-    assert_plugin_matches_reference("upsample_aa", dynamic=False, settings=settings(
-        max_examples=120, derandomize=True, deadline=None, database=None))
+    assert_plugin_matches_reference("upsample_aa", settings=settings(
+        max_examples=60, derandomize=True, deadline=None, database=None))
+
+
+@pytest.mark.parametrize("shape, factors, align_corners", [
+    ((1, 2, 9, 13), [0.5, 0.75], False), ((2, 1, 7, 5), [2.0, 1.5], False), ((1, 3, 16, 12), [0.25, 0.3], True),
+    ((1, 1, 5, 8), [1.0, 0.5], False), ((1, 2, 11, 3), [3.0, 0.7], False)])
+@pytest.mark.parametrize("vec_op, op", [(torch.ops.aten._upsample_bilinear2d_aa.vec, upsample_aa.BILINEAR_AA),
+                                        (torch.ops.aten._upsample_bicubic2d_aa.vec, upsample_aa.BICUBIC_AA)])
+def test_scale_factors_give_atens_sizes_and_weights(shape, factors, align_corners, vec_op, op):
+    image = torch.linspace(-3, 3, torch.Size(shape).numel()).reshape(shape)
+    expected = vec_op(image, None, align_corners, factors)
+    result = upsample_aa._vec(upsample_aa._resize(op))(image, None, align_corners, factors)
+    assert result.shape == expected.shape
+    torch.testing.assert_close(result, expected)
 
 
 @pytest.mark.parametrize("op", sorted(ATEN))
