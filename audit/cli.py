@@ -152,10 +152,10 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
         with _quiet_libraries(), contextlib.redirect_stdout(stderr):
             def audit(plugins: bool) -> dict:
                 if jobs > 1 and len(specs) > 1:
-                    return document_of(
-                        audit_in_workers(specs, plugins=plugins, check_numerics=args.check_numerics,
-                                         jobs=min(jobs, len(specs)), timeout=getattr(args, "timeout", None),
-                                         on_progress=progress), plugins=plugins)
+                    models, interrupted = audit_in_workers(
+                        specs, plugins=plugins, check_numerics=args.check_numerics, jobs=min(jobs, len(specs)),
+                        timeout=getattr(args, "timeout", None), on_progress=progress)
+                    return document_of(models, plugins=plugins, interrupted=interrupted)
                 return to_json(run_audit(specs, plugins=plugins, on_progress=progress,
                                          check_numerics=args.check_numerics))
 

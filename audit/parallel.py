@@ -89,8 +89,9 @@ def _failed(spec: str, phase: str, message: str) -> dict[str, Any]:
 def audit_in_workers(specs: Sequence[str], *, plugins: bool, check_numerics: bool, jobs: int,
                      timeout: float | None,
                      on_progress: Callable[[int, int, str, dict[str, Any] | None], None] | None = None,
-                     ) -> list[dict[str, Any]]:
-    """Every model of ``specs`` audited in ``jobs`` worker processes; their report entries, in order."""
+                     ) -> tuple[list[dict[str, Any]], bool]:
+    """Every model of ``specs`` audited in ``jobs`` worker processes: their report entries, in order, and
+    whether Ctrl-C cut the run short (the entries then end with the model it interrupted)."""
     models: list[dict[str, Any]] = []
     # Workers fork from this process, as torch's DataLoader forks its workers, so that none pays the seconds
     # of importing torch, executorch and Inductor again; like DataLoader's, each runs torch single-threaded
@@ -110,13 +111,18 @@ def audit_in_workers(specs: Sequence[str], *, plugins: bool, check_numerics: boo
                                 f"plus {WORKER_GRACE_S:g} s; the other models' results are kept")
             except Exception as error:  # a worker that died or raised: this model's error only
                 model = _failed(spec, "worker", f"{type(error).__name__}: {error}")
+            except KeyboardInterrupt:
+                interrupted = _failed(spec, "interrupted", "KeyboardInterrupt: the audit was interrupted")
+                interrupted["status"] = interrupted["failure"]["kind"] = "interrupted"
+                models.append(interrupted)
+                return models, True
             models.append(model)
             if on_progress:
                 on_progress(index, len(specs), spec, model)
     finally:
         pool.terminate()
         pool.join()
-    return models
+    return models, False
 
 
 def merge_reports(paths: Sequence[str]) -> dict[str, Any]:

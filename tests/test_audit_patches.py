@@ -12,6 +12,7 @@ import torch._inductor.graph
 from executorch.backends.aoti import aoti_backend
 from executorch.backends.apple.metal.metal_backend import MetalBackend
 from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+from torch._subclasses.functional_tensor import FunctionalTensor
 from torch._inductor.fx_passes.joint_graph import UniformValueConstantFolder
 
 from shimkit.audit import audit_loaded, fake_mps_lowering, load_model
@@ -38,6 +39,7 @@ PATCHED = [
     (torch._subclasses.FakeTensor, "copy_"),
     (torch._subclasses.FakeTensor, "item"),
     (torch._subclasses.FakeTensor, "tolist"),
+    *((FunctionalTensor, name) for name in ("__getitem__", "__setitem__", "contiguous", "to", "copy_")),
     (UniformValueConstantFolder, "_deduce_value"),
     (CppWrapperCpu, "generate_c_shim_extern_kernel_call"),
     (CppWrapperCpu, "generate_fallback_kernel_with_runtime_lookup_aot"),
