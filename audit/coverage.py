@@ -75,26 +75,24 @@ def _opinfo(name: str) -> Any:
     return next(op for op in op_db if _full_name(op) == name)
 
 
-class _OneOp:
-    """``forward(*tensors)`` calls the op with the sample's tensors replaced by the inputs."""
+def one_op_model(op: Any, sample: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``(module, inputs)``: ``module(*inputs)`` calls the op on ``sample``, its tensors made the inputs."""
+    import torch
+    import torch.utils._pytree as pytree
 
-    def __new__(cls, op: Any, sample: Any) -> Any:
-        import torch
-        import torch.utils._pytree as pytree
+    leaves, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
+    slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    function = op.op
 
-        leaves, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
-        slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
-        function = op.op
+    class OneOp(torch.nn.Module):
+        def forward(self, *tensors: Any) -> Any:
+            values = list(leaves)
+            for slot, tensor in zip(slots, tensors):
+                values[slot] = tensor
+            first, args, kwargs = pytree.tree_unflatten(values, spec)
+            return function(first, *args, **kwargs)
 
-        class OneOp(torch.nn.Module):
-            def forward(self, *tensors: Any) -> Any:
-                values = list(leaves)
-                for slot, tensor in zip(slots, tensors):
-                    values[slot] = tensor
-                first, args, kwargs = pytree.tree_unflatten(values, spec)
-                return function(first, *args, **kwargs)
-
-        return OneOp(), tuple(leaves[i] for i in slots)
+    return OneOp(), tuple(leaves[i] for i in slots)
 
 
 def _status(audit: Any) -> tuple[str, str]:
@@ -132,7 +130,7 @@ def audit_op(name: str, dtype_name: str) -> OpResult:
         return OpResult(name, dtype_name, "no-sample", "no-sample", "OpInfo gives no sample")
     except Exception as error:  # a broken sample generator is reported like any other result
         return OpResult(name, dtype_name, "no-sample", "no-sample", f"{type(error).__name__}: {error}"[:300])
-    model, inputs = _OneOp(op, sample)
+    model, inputs = one_op_model(op, sample)
     results = []
     for config in (None, backend_config("mps")):
         try:  # exported afresh for each audit: lowering consumes parts of the program (lifted constants)

@@ -110,7 +110,7 @@ def _transformers_model(family: str) -> tuple[Any, tuple[Any, ...]]:
         raise SuiteError(f"transformers/{family}: no example input for {main!r}")
     if getattr(config, "is_encoder_decoder", False):
         inputs["decoder_input_ids"] = torch.randint(1, 128, (1, 4), generator=generator)
-    return _FirstOutput(model, tuple(inputs)), tuple(inputs.values())
+    return _returning_first_tensor(model, tuple(inputs)), tuple(inputs.values())
 
 
 def _first_tensor(output: Any) -> Any:
@@ -122,7 +122,7 @@ def _first_tensor(output: Any) -> Any:
     return next(v for v in values if isinstance(v, torch.Tensor))
 
 
-def _FirstOutput(model: Any, names: tuple[str, ...]) -> Any:
+def _returning_first_tensor(model: Any, names: tuple[str, ...]) -> Any:
     """``model`` called with keyword inputs in ``names`` order (no KV cache), returning its first tensor."""
     import torch
 
