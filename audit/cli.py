@@ -1,4 +1,5 @@
-"""``shimkit audit [MODEL ...]``: predict, on Linux, which kernels a model's Metal lowering calls.
+"""``shimkit audit [MODEL ...]``: predict, on Linux, which kernels a model's Metal lowering calls
+(``--backend cuda``: lower for CUDA for real, on a machine with a GPU).
 
 Exit status: 0 every model audited clean; 1 some kernel is missing from the backend; 2 some model
 could not be audited to the end (bad MODEL, a lowering error, an audit limitation, an unsupported
@@ -30,6 +31,9 @@ a saved .pt2 ExportedProgram. Without MODEL the whole bundled zoo is audited.
 
 `shimkit audit merge A.json B.json ...` combines --json reports (e.g. of --shard runs) into one, with
 the summary and exit status recomputed.
+
+--backend cuda lowers for real through ExecuTorch's CudaBackend (Inductor's CUDA codegen, Triton, nvcc)
+with the same registry-derived configuration and the same report; it needs a CUDA GPU (docs/cuda.md).
 """
 
 EPILOG = """\
@@ -44,8 +48,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("models", nargs="*", metavar="MODEL",
                         help="zoo name, path/to/file.py:factory or file.pt2 (default: the whole zoo)")
+    parser.add_argument("--backend", choices=("metal", "cuda"), default="metal",
+                        help="the ExecuTorch backend to lower for: metal (on fake mps tensors, any machine; the "
+                             "default) or cuda (the real lowering; needs a CUDA GPU)")
     parser.add_argument("--no-plugins", action="store_true",
-                        help="audit the stock upstream MetalBackend, without shimkit's registry")
+                        help="audit the stock upstream backend, without shimkit's registry")
     parser.add_argument("--json", action="store_true",
                         help="print the JSON report (schema in docs/audit.md) instead of text")
     parser.add_argument("--check-numerics", action="store_true",
@@ -122,12 +129,15 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
     from shimkit.audit.report import document_of, to_json
     from shimkit.audit.runner import run_audit
     from shimkit.audit.suites import SuiteError, suite_models
+    from shimkit.audit.targets import TARGETS, TargetUnavailableError
     from shimkit.registry import ShimkitPluginError
 
+    target = TARGETS[getattr(args, "backend", "metal")]
     try:
         check_torch_version()
-    except AuditEnvironmentError as error:
-        stderr.write(f"{error}\n")
+        target.check_available()
+    except (AuditEnvironmentError, TargetUnavailableError) as error:
+        stderr.write(f"shimkit audit: {error}\n")
         return EXIT_INCOMPLETE
     suites = getattr(args, "suite", [])
     try:
@@ -154,10 +164,10 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
                 if jobs > 1 and len(specs) > 1:
                     models, interrupted = audit_in_workers(
                         specs, plugins=plugins, check_numerics=args.check_numerics, jobs=min(jobs, len(specs)),
-                        timeout=getattr(args, "timeout", None), on_progress=progress)
-                    return document_of(models, plugins=plugins, interrupted=interrupted)
+                        timeout=getattr(args, "timeout", None), target=target, on_progress=progress)
+                    return document_of(models, plugins=plugins, interrupted=interrupted, target=target)
                 return to_json(run_audit(specs, plugins=plugins, on_progress=progress,
-                                         check_numerics=args.check_numerics))
+                                         check_numerics=args.check_numerics, target=target))
 
             document = audit(not args.no_plugins)
             if getattr(args, "report", None):

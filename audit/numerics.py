@@ -15,6 +15,10 @@ real lowering, so the exact ``GraphModule`` that ``MetalBackend.preprocess`` pas
 What it proves: the graph shimkit produced computes the model's function at those sizes, with ATen's
 CPU kernels standing in for the Metal ones. What it does not: that Inductor's Metal code or the
 runtime's kernels compute the same (that is the Metal executor's job, docs/metal.md).
+
+For ``--backend cuda`` the check runs on the GPU instead: each program handed to Inductor is compiled
+by torch's own AOTInductor (:class:`AotiCompiled`) and compared with the eager model on CUDA
+(:func:`on_device`), so Inductor's generated Triton code is what computes (docs/cuda.md).
 """
 
 from __future__ import annotations
@@ -174,10 +178,58 @@ def _like(example: torch.Tensor, shape: list[int], generator: torch.Generator) -
     return torch.randint(low, high + 1, shape, generator=generator, dtype=example.dtype)
 
 
-class _DelegatesOnCpu(fx.Interpreter):
-    """Runs a lowered program, answering each delegate call with the CPU copy of its Inductor input."""
+class AotiCompiled:
+    """A program handed to Inductor for a real device (CUDA), compiled by torch's own AOTInductor
+    (``torch._inductor.aoti_compile_and_package`` and its loader) on first call and run there.
 
-    def __init__(self, module: fx.GraphModule, programs: dict[str, fx.GraphModule]) -> None:
+    The dimensions that are symbolic in the program's inputs stay dynamic in the compiled package, so
+    one compilation answers every :func:`size_plans` plan. Operands arrive on the CPU (the top-level
+    program runs there) and results go back to it.
+    """
+
+    def __init__(self, module: fx.GraphModule, example_inputs: tuple[Any, ...], device: torch.device) -> None:
+        self.module = module
+        self.device = device
+        self.dynamic_dims = [
+            [d for d, size in enumerate(value.shape) if isinstance(size, torch.SymInt)]
+            if isinstance(value, torch.Tensor) else [] for value in example_inputs]
+        self._runner: Any = None
+
+    def _compile(self, operands: list[Any]) -> Any:
+        from torch._inductor import aoti_compile_and_package, aoti_load_package
+        from torch.export import Dim
+
+        dynamic = tuple({d: Dim.DYNAMIC for d in dims} or None for dims in self.dynamic_dims)
+        exported = torch.export.export(self.module, tuple(operands),
+                                       dynamic_shapes=dynamic if any(self.dynamic_dims) else None, strict=False)
+        return aoti_load_package(aoti_compile_and_package(exported))
+
+    def __call__(self, *operands: Any) -> Any:
+        on_device = [o.to(self.device) if isinstance(o, torch.Tensor) else o for o in operands]
+        if self._runner is None:
+            self._runner = self._compile(on_device)
+        result = self._runner(*on_device)
+        return pytree.tree_map(lambda v: v.cpu() if isinstance(v, torch.Tensor) else v, result)
+
+
+def on_device(model: Callable[..., Any], device: torch.device) -> Callable[..., Any]:
+    """``model`` run on ``device``: a copy of it moved there, CPU inputs moved in, outputs back to the CPU."""
+    import copy
+
+    moved = copy.deepcopy(model).to(device) if isinstance(model, torch.nn.Module) else model
+
+    def run(*inputs: Any) -> Any:
+        inputs = pytree.tree_map(lambda v: v.to(device) if isinstance(v, torch.Tensor) else v, inputs)
+        return pytree.tree_map(lambda v: v.cpu() if isinstance(v, torch.Tensor) else v, moved(*inputs))
+
+    return run
+
+
+class _DelegatesOnCpu(fx.Interpreter):
+    """Runs a lowered program on the CPU, answering each delegate call with the program standing in
+    for it (the CPU copy of its Inductor input, or its :class:`AotiCompiled` build)."""
+
+    def __init__(self, module: fx.GraphModule, programs: dict[str, Callable[..., Any]]) -> None:
         super().__init__(module)
         self.programs = programs
 
@@ -191,7 +243,7 @@ class _DelegatesOnCpu(fx.Interpreter):
         return super().call_function(target, args, kwargs)
 
 
-def compare(lowered: torch.export.ExportedProgram, delegates: list[fx.GraphModule],
+def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[..., Any]],
             eager: Callable[..., Any], exported: torch.export.ExportedProgram, examples: tuple[Any, ...],
             *, seed: int = 0) -> NumericsReport:
     """Check ``lowered`` (the top-level program after ``to_edge_transform_and_lower``), its delegate

@@ -14,7 +14,8 @@ import json
 import multiprocessing
 from typing import Any, Callable, Sequence
 
-from shimkit.audit.report import SCHEMA_VERSION, document_of
+from shimkit.audit.report import SCHEMA_VERSION, document_of, target_of
+from shimkit.audit.targets import METAL, TARGETS, Target
 
 
 class MergeError(ValueError):
@@ -46,7 +47,8 @@ class ModelTimeout(Exception):
     """Raised in a worker when its model's audit runs past ``--timeout``."""
 
 
-def _audit_one(spec: str, plugins: bool, check_numerics: bool, timeout: float | None) -> dict[str, Any]:
+def _audit_one(spec: str, plugins: bool, check_numerics: bool, timeout: float | None,
+               target_name: str = METAL.name) -> dict[str, Any]:
     import contextlib
     import signal
     import sys
@@ -65,7 +67,8 @@ def _audit_one(spec: str, plugins: bool, check_numerics: bool, timeout: float | 
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
             warnings.simplefilter("ignore")
-            return to_json(run_audit([spec], plugins=plugins, check_numerics=check_numerics))["models"][0]
+            return to_json(run_audit([spec], plugins=plugins, check_numerics=check_numerics,
+                                     target=TARGETS[target_name]))["models"][0]
     finally:
         if timeout is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -82,12 +85,12 @@ def _failed(spec: str, phase: str, message: str) -> dict[str, Any]:
     from shimkit.audit.runner import PHASES
 
     return {"name": spec, "status": "error", "partitions": 0, "kernels": [], "missing": [], "upstream_errors": [],
-            "failure": {"kind": "error", "phase": phase, "message": message, "op": None, "node": None},
+            "failure": {"kind": "error", "phase": phase, "message": message, "op": None, "node": None, "traceback": ""},
             "timings_s": {**dict.fromkeys(PHASES, 0.0), "total": 0.0}, "numerics": None, "declines": []}
 
 
 def audit_in_workers(specs: Sequence[str], *, plugins: bool, check_numerics: bool, jobs: int,
-                     timeout: float | None,
+                     timeout: float | None, target: Target = METAL,
                      on_progress: Callable[[int, int, str, dict[str, Any] | None], None] | None = None,
                      ) -> tuple[list[dict[str, Any]], bool]:
     """Every model of ``specs`` audited in ``jobs`` worker processes: their report entries, in order, and
@@ -96,10 +99,13 @@ def audit_in_workers(specs: Sequence[str], *, plugins: bool, check_numerics: boo
     # Workers fork from this process, as torch's DataLoader forks its workers, so that none pays the seconds
     # of importing torch, executorch and Inductor again; like DataLoader's, each runs torch single-threaded
     # (GNU OpenMP's thread pool does not survive a fork).
-    context = multiprocessing.get_context("fork")
-    pool = context.Pool(jobs, initializer=_single_threaded_torch)
+    # CUDA does not survive one either: workers that lower on a real GPU start afresh, one per model, so
+    # that a CUDA fault in one model (it poisons the process's context) cannot fail the next.
+    context = multiprocessing.get_context("fork" if target.fake_device else "spawn")
+    pool = context.Pool(jobs, initializer=_single_threaded_torch,
+                        maxtasksperchild=None if target.fake_device else 1)
     try:
-        pending = [(spec, pool.apply_async(_audit_one, (spec, plugins, check_numerics, timeout)))
+        pending = [(spec, pool.apply_async(_audit_one, (spec, plugins, check_numerics, timeout, target.name)))
                    for spec in specs]
         for index, (spec, handle) in enumerate(pending):
             if on_progress:
@@ -132,6 +138,7 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
         raise MergeError("shimkit audit merge needs at least one --json report")
     models: list[dict[str, Any]] = []
     plugins: bool | None = None
+    target: Target | None = None
     interrupted = False
     for path in paths:
         try:
@@ -147,8 +154,11 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
         if plugins is not None and document["plugins"] != plugins:
             raise MergeError(f"{path}: audited {'with' if document['plugins'] else 'without'} plugins, unlike "
                              f"{paths[0]}: merge reports of one setting")
-        plugins = document["plugins"]
+        if target is not None and target_of(document) != target:
+            raise MergeError(f"{path}: audited for {target_of(document).backend}, unlike {paths[0]} "
+                             f"({target.backend}): merge reports of one backend")
+        plugins, target = document["plugins"], target_of(document)
         interrupted = interrupted or document["status"] == "interrupted"
         models += document["models"]
-    assert plugins is not None
-    return document_of(models, plugins=plugins, interrupted=interrupted)
+    assert plugins is not None and target is not None
+    return document_of(models, plugins=plugins, interrupted=interrupted, target=target)

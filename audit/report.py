@@ -14,11 +14,14 @@ from shimkit.audit.numerics import NumericsReport
 from shimkit.audit.recorder import PROXY_EXECUTOR, GraphNode, KernelCall
 from shimkit.audit.exit_status import EXIT_CLEAN, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_MISSING
 from shimkit.audit.runner import PHASES, AuditRun, ModelAudit
+from shimkit.audit.targets import METAL, TARGETS, Target
 
-SCHEMA_VERSION = 1  # additions since: "numerics", "declines" per model; status "wrong"
+SCHEMA_VERSION = 1  # additions since: "numerics", "declines" per model; status "wrong"; failure "traceback"
 
 
-UPSTREAM_PROVIDER = "upstream MetalBackend.get_supported_fallback_kernels()"
+def upstream_provider(target: Target) -> str:
+    return f"upstream {target.backend}.get_supported_fallback_kernels()"
+
 FIX_DOC = "docs/audit.md#fixing-a-missing-kernel"
 
 
@@ -50,9 +53,9 @@ def fix_hints(kernel: KernelCall, run: AuditRun) -> list[str]:
             continue
         op = covered[0]
         offers = []
-        shims = [s for s in plugin.shims_for("mps") if s.op == op]
+        shims = [s for s in plugin.shims_for(run.target.device) if s.op == op]
         if shims:
-            offers.append(f"an mps shim ({shims[0].symbol})")
+            offers.append(f"a {run.target.device} shim ({shims[0].symbol})")
         if op in plugin.decompositions:
             offers.append("a decomposition")
         if op in plugin.eliminated_by:
@@ -83,7 +86,7 @@ def fix_hints(kernel: KernelCall, run: AuditRun) -> list[str]:
                          f"supported ops, or a pass that removes it ({FIX_DOC})")
         else:
             hints.append(f"no plugin covers {op}: add an OpPlugin with a decomposition into supported "
-                         f"ops, or an mps Shim with a kernel ({FIX_DOC})")
+                         f"ops, or a {run.target.device} Shim with a kernel ({FIX_DOC})")
     return hints
 
 
@@ -100,7 +103,7 @@ def _node_json(node: GraphNode) -> dict[str, Any]:
 
 def _provider_json(name: str, run: AuditRun) -> dict[str, Any] | None:
     if run.config is None:
-        return {"plugin": None, "source": UPSTREAM_PROVIDER, "op": None}
+        return {"plugin": None, "source": upstream_provider(run.target), "op": None}
     provision = run.config.provider_of(name)
     if provision is None:
         return None
@@ -136,6 +139,7 @@ def _model_json(audit: ModelAudit, run: AuditRun) -> dict[str, Any]:
             "message": failure.message,
             "op": failure.op,
             "node": None if failure.node is None else _node_json(failure.node),
+            "traceback": failure.traceback[-6000:],
         },
         "timings_s": timings,
         "numerics": _numerics_json(audit.numerics),
@@ -162,7 +166,14 @@ def _version(distribution: str) -> str | None:
 
 
 def to_json(run: AuditRun) -> dict[str, Any]:
-    return document_of([_model_json(m, run) for m in run.models], plugins=run.plugins, interrupted=run.interrupted)
+    return document_of([_model_json(m, run) for m in run.models], plugins=run.plugins, interrupted=run.interrupted,
+                       target=run.target)
+
+
+def target_of(document: dict[str, Any]) -> Target:
+    """The target a JSON report was made for (reports without the field are Metal's)."""
+    backend = document.get("backend", METAL.backend)
+    return next((t for t in TARGETS.values() if t.backend == backend), METAL)
 
 
 def exit_code_of(models: list[dict[str, Any]], interrupted: bool = False) -> int:
@@ -175,7 +186,8 @@ def exit_code_of(models: list[dict[str, Any]], interrupted: bool = False) -> int
     return EXIT_MISSING if statuses & {"missing", "wrong"} else EXIT_CLEAN
 
 
-def document_of(models: list[dict[str, Any]], *, plugins: bool, interrupted: bool = False) -> dict[str, Any]:
+def document_of(models: list[dict[str, Any]], *, plugins: bool, interrupted: bool = False,
+                target: Target = METAL) -> dict[str, Any]:
     """The JSON report for ``models`` (each as :func:`to_json` writes it), summary and status computed
     from them: one run's, or several merged (``shimkit audit merge``, ``-j``)."""
     counts = {status: sum(m["status"] == status for m in models)
@@ -185,8 +197,8 @@ def document_of(models: list[dict[str, Any]], *, plugins: bool, interrupted: boo
         "schema_version": SCHEMA_VERSION,
         "tool": "shimkit audit",
         "versions": {name: _version(name) for name in ("shimkit", "torch", "executorch")},
-        "backend": "MetalBackend",
-        "device": "mps",
+        "backend": target.backend,
+        "device": target.device,
         "plugins": plugins,
         "status": {EXIT_CLEAN: "clean", EXIT_MISSING: "missing", EXIT_INCOMPLETE: "incomplete",
                    EXIT_INTERRUPTED: "interrupted"}[code],
@@ -249,9 +261,9 @@ def render_model(model: dict[str, Any]) -> str:
             verdict = "ok" if check["ok"] else f"WRONG: {check['error']}"
             lines.append(f"  numerics at {sizes}: max error per output [{errors}] {verdict}")
     if failure is None and model["partitions"] == 0:
-        lines.append("  (MetalPartitioner delegated nothing: no part of this model would run on Metal)")
+        lines.append("  (the partitioner delegated nothing: no part of this model would run on the backend)")
     elif not model["kernels"] and failure is None:
-        lines.append("  (no c-shim or proxy-executor kernels: everything became generated Metal code)")
+        lines.append("  (no c-shim or proxy-executor kernels: everything became generated device code)")
     return "\n".join(lines)
 
 

@@ -1,14 +1,16 @@
-"""Audit one model: torch.export, then ExecuTorch's Metal lowering on fake mps, recording kernels.
+"""Audit one model: torch.export, then an ExecuTorch AOTInductor lowering, recording kernels.
 
-The path is the one a Mac user runs — ``to_edge_transform_and_lower`` with ``MetalPartitioner`` and
-``MetalBackend.preprocess`` — with the backend configured from shimkit's registry (or stock, for
-``--no-plugins``), lowered by :func:`~shimkit.audit.fake_mps.fake_mps_lowering` and observed by
-:class:`~shimkit.audit.recorder.KernelRecorder`.
+The path is the one a user runs — ``to_edge_transform_and_lower`` with the backend's partitioner and
+``preprocess`` — with the backend configured from shimkit's registry (or stock, for ``--no-plugins``)
+and observed by :class:`~shimkit.audit.recorder.KernelRecorder`. For Metal (the default target) the
+lowering runs on fake mps tensors (:func:`~shimkit.audit.fake_mps.fake_mps_lowering`); for CUDA it is
+the real lowering on the machine's GPU (:mod:`shimkit.audit.targets`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import linecache
 import re
 import time
@@ -25,6 +27,7 @@ from shimkit.audit.numerics import NumericsReport, NumericsUnavailable
 from shimkit.audit.loader import LoadedModel
 from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder, graph_node
 from shimkit.audit.speed import cia_ops_materialized_once
+from shimkit.audit.targets import METAL, Target
 from shimkit.passes.decompose import Decline, recording_declines
 
 PHASES = ("export", "to_edge", "backend_passes", "inductor", "codegen", "numerics")
@@ -115,21 +118,26 @@ class _LoweringWatch:
 
 def _watch_lowering(patches: ScopedPatches, backend_cls: Any, clock: _PhaseClock,
                     audit: ModelAudit, watch: _LoweringWatch,
-                    to_inductor: Callable[[Any], None] | None = None) -> None:
+                    to_inductor: Callable[[Any, tuple[Any, ...]], None] | None = None) -> None:
     """Time the phases, keep upstream's missing-kernel error per partition, and note the FX node
     Inductor was lowering when something failed."""
     import torch._inductor as inductor
     import torch._inductor.graph as inductor_graph
+    from executorch.backends.aoti.aoti_backend import AotiBackend
     from executorch.exir.backend.backend_details import PreprocessResult
 
-    original_preprocess = backend_cls.preprocess
+    # AotiBackend's own preprocess, where every AOTI backend's passes and compilation run: CudaBackend
+    # reaches it through its own preprocess_multimethod and super().preprocess, never its preprocess.
+    original_preprocess = vars(AotiBackend)["preprocess"].__func__
 
     def preprocess(cls, edge_program, compile_specs):
+        if not issubclass(cls, backend_cls):
+            return original_preprocess(cls, edge_program, compile_specs)
         audit.partitions += 1
         watch.current_phase = "backend_passes"
         try:
             with clock.phase("backend_passes"):
-                result = original_preprocess(edge_program, compile_specs)
+                result = original_preprocess(cls, edge_program, compile_specs)
         except RuntimeError as error:
             if not _UPSTREAM_MISSING.match(str(error)):
                 raise
@@ -140,13 +148,13 @@ def _watch_lowering(patches: ScopedPatches, backend_cls: Any, clock: _PhaseClock
         watch.current_phase = "to_edge"
         return result
 
-    patches.replace(backend_cls, "preprocess", classmethod(preprocess))
+    patches.replace(AotiBackend, "preprocess", classmethod(preprocess))
 
     original_aot_compile = inductor.aot_compile
 
     def aot_compile(*args, **kwargs):
         if to_inductor is not None:
-            to_inductor(args[0] if args else kwargs["gm"])
+            to_inductor(args[0] if args else kwargs["gm"], tuple(args[1] if len(args) > 1 else kwargs["args"]))
         watch.current_phase = "inductor"
         with clock.phase("inductor"):
             return original_aot_compile(*args, **kwargs)
@@ -207,12 +215,12 @@ def export_model(loaded: LoadedModel) -> torch.export.ExportedProgram:
 
 
 def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = True,
-                 check_numerics: bool = False) -> ModelAudit:
-    """Audit one loaded model with the backend configured from ``config`` (a registry
-    ``BackendConfig``); ``None`` audits the stock upstream ``MetalBackend``. ``speedups=False``
+                 check_numerics: bool = False, target: Target = METAL) -> ModelAudit:
+    """Audit one loaded model with ``target``'s backend configured from ``config`` (a registry
+    ``BackendConfig``); ``None`` audits the stock upstream backend. ``speedups=False``
     leaves out :mod:`shimkit.audit.speed` (same report, slower; for comparing the two).
-    ``check_numerics`` also runs the programs handed to Inductor on the CPU against eager
-    (:mod:`shimkit.audit.numerics`)."""
+    ``check_numerics`` also runs the programs handed to Inductor against eager: on the CPU for Metal,
+    compiled by AOTInductor on the GPU for CUDA (:mod:`shimkit.audit.numerics`)."""
     audit = ModelAudit(loaded.name, plugins=config is not None)
     clock = _PhaseClock()
     leftovers = _LoweringLeftovers()
@@ -224,55 +232,63 @@ def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = Tr
             speed.callback(speed_patches.undo)
             cia_ops_materialized_once(speed_patches)
         speed.callback(leftovers.release)
-        _audit_into(audit, loaded, config, clock, watch, recorder, check_numerics)
+        _audit_into(audit, loaded, config, clock, watch, recorder, check_numerics, target)
     audit.kernels = list(recorder.calls.values())
     audit.timings = {phase: clock.totals.get(phase, 0.0) for phase in PHASES}
     return audit
 
 
 def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, clock: _PhaseClock,
-                watch: _LoweringWatch, recorder: KernelRecorder, check_numerics: bool = False) -> None:
-    from executorch.backends.apple.metal.metal_backend import MetalBackend
-    from executorch.backends.apple.metal.metal_partitioner import MetalPartitioner
+                watch: _LoweringWatch, recorder: KernelRecorder, check_numerics: bool = False,
+                target: Target = METAL) -> None:
     from executorch.exir import to_edge_transform_and_lower
 
     try:
+        backend_cls, partitioner_cls = target.classes()
         with clock.phase("export"):
             exported = export_model(loaded)
         watch.current_phase = "to_edge"
-        delegates: list[torch.fx.GraphModule] = []
+        delegates: list[Callable[..., Any]] = []
         unavailable: list[str] = []
         with contextlib.ExitStack() as scope:
             if config is not None:
                 from shimkit.integration import registry_backend
 
-                scope.enter_context(registry_backend(MetalBackend, config))
-            session = scope.enter_context(fake_mps_lowering(MetalBackend))
+                scope.enter_context(registry_backend(backend_cls, config))
+            session = None if not target.fake_device else scope.enter_context(fake_mps_lowering(backend_cls))
             scope.enter_context(recorder.recording())
             audit.declines = scope.enter_context(recording_declines())
             patches = ScopedPatches()
             scope.callback(patches.undo)
-            def to_inductor(module: Any) -> None:
+            def to_inductor(module: Any, example_inputs: tuple[Any, ...]) -> None:
                 try:
-                    delegates.append(numerics_check.cpu_copy(module, session.real_values.find))
+                    delegates.append(
+                        numerics_check.cpu_copy(module, session.real_values.find) if session is not None
+                        # A copy: the CUDA backend empties the weights it hands over once they are packaged.
+                        else numerics_check.AotiCompiled(copy.deepcopy(module), example_inputs,
+                                                         torch.device(target.device)))
                 except Exception as error:  # the check cannot run; the lowering must go on regardless
                     unavailable.append(f"copying the program handed to Inductor failed: "
                                        f"{type(error).__name__}: {error}")
 
-            _watch_lowering(patches, MetalBackend, clock, audit, watch, to_inductor if check_numerics else None)
-            audit.supported = frozenset(MetalBackend.get_supported_fallback_kernels())
+            _watch_lowering(patches, backend_cls, clock, audit, watch, to_inductor if check_numerics else None)
+            audit.supported = frozenset(backend_cls.get_supported_fallback_kernels())
             with clock.phase("to_edge"):
                 if config is not None:  # what a user runs before stock to_edge (README, "Before to_edge")
                     exported = config.prepare_for_edge(exported)
                 lowered = to_edge_transform_and_lower(
                     exported,
-                    partitioner=[MetalPartitioner([MetalBackend.generate_method_name_compile_spec("forward")])],
+                    partitioner=[partitioner_cls([backend_cls.generate_method_name_compile_spec("forward")])],
                 )
     except (Exception, SystemExit) as error:  # sys.exit() in a model's forward ends this model only
+        if audit.upstream_errors and not target.fake_device:
+            return  # the real backend cannot go on without the missing kernels, already recorded
         audit.failure = _describe_failure(error, watch)
         return
     if check_numerics:
         eager = loaded.model if loaded.exported is None else exported.module()
+        if not target.fake_device:
+            eager = numerics_check.on_device(eager, torch.device(target.device))
         with clock.phase("numerics"):
             try:
                 if unavailable:
@@ -347,10 +363,11 @@ class AuditRun:
     registry: Any
     config: Any | None
     interrupted: bool = False
+    target: Target = METAL
 
 
 def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = None,
-              speedups: bool = True, check_numerics: bool = False,
+              speedups: bool = True, check_numerics: bool = False, target: Target = METAL,
               on_progress: Callable[[int, int, str, ModelAudit | None], None] | None = None) -> AuditRun:
     """Audit each MODEL in ``specs``. ``registry`` defaults to the process-wide one; with
     ``plugins=False`` the stock backend is audited and the registry only informs fix hints.
@@ -362,7 +379,7 @@ def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = 
         from shimkit.backend import get_registry
 
         registry = get_registry()
-    config = registry.backend_config("mps") if plugins else None
+    config = registry.backend_config(target.device) if plugins else None
     models: list[ModelAudit] = []
     spec = ""
     try:
@@ -375,7 +392,8 @@ def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = 
                 audit = ModelAudit(spec, plugins=plugins,
                                    failure=Failure(kind="error", phase="load", message=str(error)))
             else:
-                audit = audit_loaded(loaded, config=config, speedups=speedups, check_numerics=check_numerics)
+                audit = audit_loaded(loaded, config=config, speedups=speedups, check_numerics=check_numerics,
+                                     target=target)
             models.append(audit)
             if on_progress:
                 on_progress(index, len(specs), spec, audit)
@@ -384,5 +402,5 @@ def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = 
         if len(models) < len(specs) and (not models or models[-1].name != spec):
             models.append(ModelAudit(spec, plugins=plugins, failure=Failure(
                 kind="interrupted", phase="interrupted", message="KeyboardInterrupt: the audit was interrupted")))
-        return AuditRun(models, plugins, registry, config, interrupted=True)
-    return AuditRun(models, plugins, registry, config)
+        return AuditRun(models, plugins, registry, config, interrupted=True, target=target)
+    return AuditRun(models, plugins, registry, config, target=target)

@@ -21,5 +21,6 @@ BUILTIN_MODULES = (
     "baddbmm",
     "addmv",
     "upsample_aa",
+    "cuda_runtime",
     "core_passes",
 )

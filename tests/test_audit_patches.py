@@ -23,7 +23,7 @@ SDPA_NAME = "aten::scaled_dot_product_attention"
 
 PATCHED = [
     (MetalBackend, "move_program_to_device"),
-    (MetalBackend, "preprocess"),
+    (aoti_backend.AotiBackend, "preprocess"),
     (torch._inductor.fx_passes.joint_graph, "lazy_init"),
     (torch._inductor.codecache.AotCodeCompiler, "compile"),
     (torch._inductor.graph.GraphLowering, "get_attr"),

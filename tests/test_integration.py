@@ -96,7 +96,10 @@ def test_cuda_backends_use_the_cuda_device(backend_cls):
     before = originals(backend_cls)
     with use_registry(env=CLEAN_ENV), registry_backend(backend_cls) as config:
         assert config.device == "cuda"
-        assert backend_cls.get_supported_fallback_kernels() == {}
+        # ExecuTorch's CUDA runtime kernels come from the cuda-runtime-kernels plugin, not the class.
+        assert backend_cls.get_supported_fallback_kernels() == dict(config.fallback_kernels)
+        assert "aoti_torch_cuda_sort_stable" in config.fallback_kernels
+        assert "aoti_torch_cuda_upstream_only" not in config.fallback_kernels
         assert torch.ops.aten.addmm.default in backend_cls.get_decomposition_table()
         assert backend_cls.get_custom_passes([]) == list(config.passes)
     assert originals(backend_cls) == before

@@ -80,9 +80,11 @@ def test_custom_op_prototypes_become_custom_c_shims():
     assert inductor_options(config)["aot_inductor.custom_ops_to_c_shims"][gather] == [prototype]
 
 
-def test_cuda_has_no_shims_yet_but_derives():
+def test_cuda_derives_executorchs_runtime_kernels_under_both_names():
     config = new_registry(env=CLEAN_ENV).backend_config("cuda")
-    assert dict(config.fallback_kernels) == {}
+    assert {"aoti_torch_cuda_sort_stable", "at::_ops::sort_stable::call"} <= set(config.fallback_kernels)
+    assert config.provider_of("at::_ops::sort_stable::call").plugin == "cuda-runtime-kernels"
+    assert not any(name.startswith("aoti_torch_mps_") for name in config.fallback_kernels)
     assert torch.ops.aten.addmm.default in config.decomposition_table
 
 

@@ -1,0 +1,198 @@
+"""ExecuTorch's own CUDA runtime: the fallback kernels it ships and the graph passes its backend runs.
+
+Upstream ``CudaBackend`` writes these by hand (``get_supported_fallback_kernels``, ``get_custom_passes``);
+with the registry in charge of the backend (:func:`shimkit.integration.registry_backend`) they come from
+here, so nothing upstream has is lost:
+
+* the kernels of ``backends/cuda/runtime/shims`` (a stable sort, int4 weight-packed matmul, ``randint``),
+  under both names Inductor records for them (``tests/test_plugin_cuda_runtime.py`` reads upstream's
+  list from its source and fails when the two drift apart);
+* ``move_cond_predicate_to_cpu`` and ``replace_int64_floordiv``, upstream's passes. The first only runs
+  where the program has a ``torch.cond``: elsewhere it changes nothing, yet ends by validating the edge
+  program, which rejects the views ``AotiPartitioner`` itself keeps. That is why stock fails the seed
+  repro (``split`` then ``Linear``: ``Cannot preserve operator aten.split.Tensor because it is a view``);
+* ``triton_kernels``: upstream's replacement of SDPA and top-k by its Triton kernels, applied only where
+  those kernels accept the node. Upstream replaces every SDPA, and its kernel takes bfloat16 alone, so a
+  float32 ``F.scaled_dot_product_attention`` fails to lower stock (``Expected bfloat16 inputs``); here
+  such nodes stay ATen SDPA, which Inductor generates itself.
+
+The passes import upstream (and through it triton) when they first run, on a machine lowering for CUDA;
+deriving the CUDA configuration needs neither.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from shimkit.registry import OpPlugin, PassSpec, Shim, hookimpl
+
+SORT = "aten::sort.stable"
+INT4PACK_MM = "aten::_weight_int4pack_mm.default"
+RANDINT_LOW = "aten::randint.low_out"
+
+# (op, shim symbol, the other name Inductor records for the call, if any)
+RUNTIME_KERNELS = (
+    (SORT, "aoti_torch_cuda_sort_stable", "at::_ops::sort_stable::call"),
+    (INT4PACK_MM, "aoti_torch_cuda__weight_int4pack_mm", "at::_ops::_weight_int4pack_mm::call"),
+    (RANDINT_LOW, "aoti_torch_cuda_randint_low_out", None),
+)
+
+
+def sort_reference(self: torch.Tensor, *, stable: bool | None = None, dim: int = -1,
+                   descending: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.sort(self, stable=bool(stable), dim=dim, descending=descending)
+
+
+def _runtime_plugin() -> OpPlugin:
+    shims = tuple(Shim(op=op, device="cuda", symbol=symbol, recorded_names=(recorded,) if recorded else (),
+                       provided_by_runtime=True) for op, symbol, recorded in RUNTIME_KERNELS)
+    return OpPlugin(
+        name="cuda-runtime-kernels",
+        ops=tuple(op for op, _, _ in RUNTIME_KERNELS),
+        shims=shims,
+        references={SORT: sort_reference, INT4PACK_MM: torch.ops.aten._weight_int4pack_mm.default},
+        doc="The fallback kernels ExecuTorch's CUDA runtime ships (backends/cuda/runtime/shims).",
+    )
+
+
+def _custom_op_plugins() -> list[OpPlugin]:
+    """ExecuTorch's quantized ``executorch_cuda::int{4,5,6,8}_plain_mm``, where upstream's CUDA backend
+    imports (it registers the ops and holds their C prototypes; it needs triton, without which nothing
+    lowers for CUDA anyway, so the import is not even tried)."""
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        return []
+    try:
+        from executorch.backends.cuda.cuda_backend import CudaBackend
+    except ImportError:
+        return []
+    table = CudaBackend._get_custom_ops_to_c_shim_options().get("aot_inductor.custom_ops_to_c_shims", {})
+    plugins = []
+    for op, prototypes in table.items():
+        schema = op.name().rsplit(".", 1)[0] if hasattr(op, "name") else str(op)
+        short = schema.split("::")[1]
+        plugins.append(OpPlugin(
+            name=f"cuda-{short.replace('_', '-')}",
+            ops=(op,),
+            shims=(Shim(op=op, device="cuda", symbol=f"aoti_torch_cuda_{short}", recorded_names=(schema,),
+                        c_prototype=prototypes[0], provided_by_runtime=True),),
+            references={op: op},
+            doc=f"ExecuTorch's CUDA runtime kernel for {schema}.",
+        ))
+    return plugins
+
+
+class TritonKernelsWhereAccepted:
+    """Upstream's ``ReplaceEdgeOpWithTritonOpPass``, skipping the SDPA nodes its Triton kernel rejects."""
+
+    def __init__(self) -> None:
+        self._pass: Any = None
+
+    def __call__(self, graph_module: torch.fx.GraphModule) -> Any:
+        if self._pass is None:
+            self._pass = _accepting_replacement_pass()
+        return self._pass(graph_module)
+
+
+def sdpa_accepted_by_triton(node: torch.fx.Node) -> bool:
+    """Whether ExecuTorch's Triton SDPA (``triton.sdpa``) takes this SDPA node as it is: bfloat16 4-D
+    query, key and value, no dropout, no mask or a bool one, and causal only with equal lengths."""
+    def value(index: int, name: str, default: Any) -> Any:
+        return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
+
+    tensors = [value(i, n, None) for i, n in enumerate(("query", "key", "value"))]
+    metas = [t.meta.get("val") if isinstance(t, torch.fx.Node) else None for t in tensors]
+    if not all(isinstance(m, torch.Tensor) and m.dtype == torch.bfloat16 and m.dim() == 4 for m in metas):
+        return False
+    mask = value(3, "attn_mask", None)
+    mask_value = mask.meta.get("val") if isinstance(mask, torch.fx.Node) else None
+    if mask is not None and not (isinstance(mask_value, torch.Tensor) and mask_value.dtype == torch.bool):
+        return False
+    if value(4, "dropout_p", 0.0) != 0.0:
+        return False
+    if value(5, "is_causal", False):
+        query_length, key_length = metas[0].shape[2], metas[1].shape[2]
+        return isinstance(query_length, int) and query_length == key_length
+    return True
+
+
+def _accepting_replacement_pass() -> Any:
+    from executorch.backends.cuda.triton.replacement_pass import ReplaceEdgeOpWithTritonOpPass
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    class ReplaceWhereAccepted(ReplaceEdgeOpWithTritonOpPass):
+        def _should_replace_node(self, node: torch.fx.Node) -> bool:
+            if not super()._should_replace_node(node):
+                return False
+            if node.target == exir_ops.edge.aten.scaled_dot_product_attention.default:
+                return sdpa_accepted_by_triton(node)
+            return True
+
+    return ReplaceWhereAccepted()
+
+
+class _Upstream:
+    """One of upstream's CUDA passes, imported when first run. Keeps the upstream pass's
+    ``requires_exported_program`` flag, which decides what ``AotiBackend.preprocess`` hands it.
+    ``applies(graph_module)``, where given, says whether there is anything for it to do."""
+
+    def __init__(self, module: str, name: str, requires_exported_program: bool,
+                 applies: Callable[[torch.fx.GraphModule], bool] | None = None) -> None:
+        self.module, self.name = module, name
+        self.requires_exported_program = requires_exported_program
+        self.applies = applies
+        self._pass: Any = None
+
+    def __call__(self, program: Any) -> Any:
+        graph_module = program.graph_module if self.requires_exported_program else program
+        if self.applies is not None and not self.applies(graph_module):
+            return None
+        if self._pass is None:
+            import importlib
+
+            self._pass = getattr(importlib.import_module(self.module), self.name)()
+        return self._pass(program)
+
+
+def has_cond(graph_module: torch.fx.GraphModule) -> bool:
+    """Whether the top-level graph calls ``torch.cond`` (the only nodes ``MoveCondPredicateToCpuPass`` moves)."""
+    return any(graph_module.graph.find_nodes(op="call_function", target=torch.ops.higher_order.cond))
+
+
+@hookimpl
+def shimkit_op_plugins():
+    yield _runtime_plugin()
+    yield from _custom_op_plugins()
+
+
+@hookimpl
+def shimkit_passes():
+    yield PassSpec(
+        name="move_cond_predicate_to_cpu",
+        factory=lambda capabilities: _Upstream("executorch.backends.cuda.passes.move_cond_predicate_to_cpu",
+                                               "MoveCondPredicateToCpuPass", requires_exported_program=True,
+                                               applies=has_cond),
+        devices=("cuda",),
+        # First, as upstream runs it: it validates the whole program, which shimkit's decompositions leave
+        # holding ops outside core ATen (aten.t, aten.arange) that only Inductor needs to accept.
+        before=("replace_int64_floordiv", "decompose_linear"),
+        doc="torch.cond predicates held in constant buffers moved to the CPU (upstream's pass).",
+    )
+    yield PassSpec(
+        name="replace_int64_floordiv",
+        factory=lambda capabilities: _Upstream("executorch.backends.cuda.passes.replace_int64_floordiv",
+                                               "ReplaceInt64FloorDivWithFloatPass", requires_exported_program=False),
+        devices=("cuda",),
+        before=("triton_kernels",),
+        doc="int64 floor division through float where exact (upstream's pass).",
+    )
+    yield PassSpec(
+        name="triton_kernels",
+        factory=lambda capabilities: TritonKernelsWhereAccepted(),
+        devices=("cuda",),
+        before=("decompose_linear",),
+        doc="SDPA and top-k replaced by ExecuTorch's Triton kernels where those accept the node.",
+    )
