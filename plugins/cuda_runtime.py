@@ -16,16 +16,18 @@ here, so nothing upstream has is lost:
   float32 ``F.scaled_dot_product_attention`` fails to lower stock (``Expected bfloat16 inputs``); here
   such nodes stay ATen SDPA, which Inductor generates itself.
 
-The passes import upstream (and through it triton) when they first run, on a machine lowering for CUDA;
-deriving the CUDA configuration needs neither.
+The passes import upstream (and through it triton) when they first have something to do, on a machine
+lowering for CUDA; deriving the CUDA configuration needs neither.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import importlib
+from typing import Any, ClassVar
 
 import torch
 
+from shimkit.passes import PassContext, PassError, ShimkitPass
 from shimkit.registry import OpPlugin, PassSpec, Shim, hookimpl
 
 SORT = "aten::sort.stable"
@@ -85,16 +87,72 @@ def _custom_op_plugins() -> list[OpPlugin]:
     return plugins
 
 
-class TritonKernelsWhereAccepted:
-    """Upstream's ``ReplaceEdgeOpWithTritonOpPass``, skipping the SDPA nodes its Triton kernel rejects."""
+_TRITON_CANDIDATES = (torch.ops.aten.scaled_dot_product_attention.default, torch.ops.aten.topk.default)
+
+
+def has_triton_candidates(graph: torch.fx.Graph) -> bool:
+    """Whether the graph holds an op upstream has a Triton kernel for (SDPA, top-k; as ATen or edge ops)."""
+    return any(getattr(node.target, "_op", node.target) in _TRITON_CANDIDATES
+               for node in graph.nodes if node.op == "call_function")
+
+
+def has_cond(graph: torch.fx.Graph) -> bool:
+    """Whether the top-level graph calls ``torch.cond`` (the only nodes ``MoveCondPredicateToCpuPass`` moves)."""
+    return any(graph.find_nodes(op="call_function", target=torch.ops.higher_order.cond))
+
+
+class UpstreamCudaPass(ShimkitPass):
+    """One of upstream's CUDA passes, imported when it first has something to do (:meth:`applies`),
+    reporting upstream's own ``modified`` flag to the pipeline."""
+
+    upstream: ClassVar[tuple[str, str]] = ("", "")  # (module, class)
 
     def __init__(self) -> None:
         self._pass: Any = None
 
-    def __call__(self, graph_module: torch.fx.GraphModule) -> Any:
+    def applies(self, graph: torch.fx.Graph) -> bool:
+        return True
+
+    def make_upstream(self) -> Any:
+        module, name = self.upstream
+        return getattr(importlib.import_module(module), name)()
+
+    def transform(self, graph: torch.fx.Graph, context: PassContext) -> bool:
+        if not self.applies(graph):
+            return False
+        target = context.exported_program if self.requires_exported_program else context.module
+        if target is None:
+            raise PassError(self.pass_name, None, "upstream's pass needs the "
+                            + ("ExportedProgram" if self.requires_exported_program else "GraphModule"))
         if self._pass is None:
-            self._pass = _accepting_replacement_pass()
-        return self._pass(graph_module)
+            self._pass = self.make_upstream()
+        return bool(getattr(self._pass(target), "modified", False))
+
+
+class MoveCondPredicateToCpu(UpstreamCudaPass):
+    name = "move_cond_predicate_to_cpu"
+    requires_exported_program = True
+    upstream = ("executorch.backends.cuda.passes.move_cond_predicate_to_cpu", "MoveCondPredicateToCpuPass")
+
+    def applies(self, graph: torch.fx.Graph) -> bool:
+        return has_cond(graph)
+
+
+class ReplaceInt64FloorDiv(UpstreamCudaPass):
+    name = "replace_int64_floordiv"
+    upstream = ("executorch.backends.cuda.passes.replace_int64_floordiv", "ReplaceInt64FloorDivWithFloatPass")
+
+
+class TritonKernelsWhereAccepted(UpstreamCudaPass):
+    """Upstream's ``ReplaceEdgeOpWithTritonOpPass``, skipping the SDPA nodes its Triton kernel rejects."""
+
+    name = "triton_kernels"
+
+    def applies(self, graph: torch.fx.Graph) -> bool:
+        return has_triton_candidates(graph)
+
+    def make_upstream(self) -> Any:
+        return _accepting_replacement_pass()
 
 
 def sdpa_accepted_by_triton(node: torch.fx.Node) -> bool:
@@ -104,7 +162,7 @@ def sdpa_accepted_by_triton(node: torch.fx.Node) -> bool:
         return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
 
     tensors = [value(i, n, None) for i, n in enumerate(("query", "key", "value"))]
-    metas = [t.meta.get("val") if isinstance(t, torch.fx.Node) else None for t in tensors]
+    metas: list[Any] = [t.meta.get("val") if isinstance(t, torch.fx.Node) else None for t in tensors]
     if not all(isinstance(m, torch.Tensor) and m.dtype == torch.bfloat16 and m.dim() == 4 for m in metas):
         return False
     mask = value(3, "attn_mask", None)
@@ -134,34 +192,6 @@ def _accepting_replacement_pass() -> Any:
     return ReplaceWhereAccepted()
 
 
-class _Upstream:
-    """One of upstream's CUDA passes, imported when first run. Keeps the upstream pass's
-    ``requires_exported_program`` flag, which decides what ``AotiBackend.preprocess`` hands it.
-    ``applies(graph_module)``, where given, says whether there is anything for it to do."""
-
-    def __init__(self, module: str, name: str, requires_exported_program: bool,
-                 applies: Callable[[torch.fx.GraphModule], bool] | None = None) -> None:
-        self.module, self.name = module, name
-        self.requires_exported_program = requires_exported_program
-        self.applies = applies
-        self._pass: Any = None
-
-    def __call__(self, program: Any) -> Any:
-        graph_module = program.graph_module if self.requires_exported_program else program
-        if self.applies is not None and not self.applies(graph_module):
-            return None
-        if self._pass is None:
-            import importlib
-
-            self._pass = getattr(importlib.import_module(self.module), self.name)()
-        return self._pass(program)
-
-
-def has_cond(graph_module: torch.fx.GraphModule) -> bool:
-    """Whether the top-level graph calls ``torch.cond`` (the only nodes ``MoveCondPredicateToCpuPass`` moves)."""
-    return any(graph_module.graph.find_nodes(op="call_function", target=torch.ops.higher_order.cond))
-
-
 @hookimpl
 def shimkit_op_plugins():
     yield _runtime_plugin()
@@ -172,9 +202,7 @@ def shimkit_op_plugins():
 def shimkit_passes():
     yield PassSpec(
         name="move_cond_predicate_to_cpu",
-        factory=lambda capabilities: _Upstream("executorch.backends.cuda.passes.move_cond_predicate_to_cpu",
-                                               "MoveCondPredicateToCpuPass", requires_exported_program=True,
-                                               applies=has_cond),
+        factory=lambda capabilities: MoveCondPredicateToCpu(),
         devices=("cuda",),
         # First, as upstream runs it: it validates the whole program, which shimkit's decompositions leave
         # holding ops outside core ATen (aten.t, aten.arange) that only Inductor needs to accept.
@@ -183,8 +211,7 @@ def shimkit_passes():
     )
     yield PassSpec(
         name="replace_int64_floordiv",
-        factory=lambda capabilities: _Upstream("executorch.backends.cuda.passes.replace_int64_floordiv",
-                                               "ReplaceInt64FloorDivWithFloatPass", requires_exported_program=False),
+        factory=lambda capabilities: ReplaceInt64FloorDiv(),
         devices=("cuda",),
         before=("triton_kernels",),
         doc="int64 floor division through float where exact (upstream's pass).",

@@ -103,7 +103,7 @@ KERNEL = {"name", "mechanism", "op", "status", "provider", "nodes", "fixes"}
 PROVIDER = {"plugin", "source", "op"}
 NODE = {"name", "target", "source", "stack_trace"}
 SOURCE = {"file", "line", "function", "code"}
-FAILURE = {"kind", "phase", "message", "op", "node"}
+FAILURE = {"kind", "phase", "message", "op", "node", "traceback"}
 TIMINGS = {"export", "to_edge", "backend_passes", "inductor", "codegen", "numerics", "total"}
 
 
