@@ -56,7 +56,7 @@ def fix_hints(kernel: KernelCall, run: AuditRun) -> list[str]:
         shims = [s for s in plugin.shims_for(run.target.device) if s.op == op]
         if shims:
             offers.append(f"a {run.target.device} shim ({shims[0].symbol})")
-        if op in plugin.decompositions:
+        if op in plugin.decompositions and plugin.decomposes_on(run.target.device):
             offers.append("a decomposition")
         if op in plugin.eliminated_by:
             offers.append(f"pass {plugin.eliminated_by[op]!r} that removes it")
@@ -75,7 +75,7 @@ def fix_hints(kernel: KernelCall, run: AuditRun) -> list[str]:
         elif op in plugin.eliminated_by:
             hints.append(f"{what}, yet the op reached Inductor: the pass left this node in place (it keeps "
                          f"ops whose removal would change meaning, e.g. a view of a mutated tensor)")
-        elif op in plugin.decompositions:
+        elif op in plugin.decompositions and plugin.decomposes_on(run.target.device):
             hints.append(f"{what}, yet Inductor still calls {kernel.name}: it re-creates the op after "
                          f"the decomposition (e.g. a post-grad fusion); a shim or a post-grad pass is needed")
     if not hints:

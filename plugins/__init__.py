@@ -21,6 +21,7 @@ BUILTIN_MODULES = (
     "baddbmm",
     "addmv",
     "upsample_aa",
+    "metal_pointwise",
     "cuda_runtime",
     "core_passes",
 )

@@ -92,5 +92,7 @@ def shimkit_op_plugins():
         ops=(CUMSUM,),
         decompositions={CUMSUM: cumsum_decomposition},
         references={CUMSUM: _cumsum_reference},
+        # Inductor generates scans for CUDA (Triton), not for Metal.
+        decomposition_devices=("mps",),
         doc="cumsum as a log-step prefix sum (narrow, add, cat) for devices without a cumsum shim.",
     )

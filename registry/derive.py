@@ -301,7 +301,7 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
         plugin = entry.record
         for shim in plugin.shims_for(device):
             shim_candidates.setdefault(shim.op, []).append(Provision(shim.op, plugin.name, entry.source, shim=shim))
-        for op, fn in plugin.decompositions.items():
+        for op, fn in plugin.decompositions.items() if plugin.decomposes_on(device) else ():
             decomposition_candidates.setdefault(op, []).append(
                 Provision(op, plugin.name, entry.source, decomposition=fn, pre_edge=op in plugin.pre_edge))
         for op, pass_name in plugin.eliminated_by.items():

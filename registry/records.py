@@ -317,7 +317,9 @@ class OpPlugin:
     :class:`~shimkit.registry.errors.PluginConflictError`. ``pre_edge`` lists ops whose decomposition must
     run on the exported program *before* ``to_edge``, because the edge dialect rejects them outright
     (``aten.addmv`` is not core ATen, and the AOTI partitioner keeps every op undecomposed):
-    ``BackendConfig.prepare_for_edge`` applies them.
+    ``BackendConfig.prepare_for_edge`` applies them. ``decomposition_devices`` limits the decompositions
+    to the devices whose code generator needs them (``("mps",)``: Inductor scans and has ``sinh`` on CUDA,
+    not on Metal); ``None`` applies them on every device without a shim.
 
     >>> import torch
     >>> OpPlugin(
@@ -339,11 +341,21 @@ class OpPlugin:
     priority: int = 0
     doc: str = ""
     pre_edge: tuple[str, ...] = ()
+    decomposition_devices: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         name = self.name
         if not isinstance(name, str) or not _PLUGIN_NAME.match(name):
             _fail("OpPlugin", str(name), "name must match [a-z0-9][a-z0-9_.-]*")
+        if self.decomposition_devices is not None:
+            if isinstance(self.decomposition_devices, (str, bytes)):
+                _fail("OpPlugin", name, "decomposition_devices must be a sequence of devices, not one string")
+            devices = tuple(self.decomposition_devices)
+            for device in devices:
+                if device not in DEVICES:
+                    _fail("OpPlugin", name, f"decomposition_devices: device must be one of {DEVICES}, "
+                          f"got {device!r}")
+            object.__setattr__(self, "decomposition_devices", devices)
         if isinstance(self.ops, (str, bytes)) or not self.ops:
             _fail("OpPlugin", name, "ops must be a non-empty sequence of operators")
         ops = tuple(dict.fromkeys(_op("OpPlugin", name, op) for op in self.ops))
@@ -380,6 +392,10 @@ class OpPlugin:
 
     def shims_for(self, device: str) -> tuple[Shim, ...]:
         return tuple(s for s in self.shims if s.device == device)
+
+    def decomposes_on(self, device: str) -> bool:
+        """Whether this plugin's decompositions apply on ``device`` (where it has no shim)."""
+        return self.decomposition_devices is None or device in self.decomposition_devices
 
     @property
     def devices(self) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ import torch
 from torch.testing._internal.common_methods_invocations import op_db
 
 import shimkit.plugins.addmv as addmv
+import shimkit.plugins.metal_pointwise as metal_pointwise
 import shimkit.plugins.sort as sort
 import shimkit.plugins.upsample_aa as upsample_aa
 from shimkit.metal import compile_shader
@@ -30,6 +31,26 @@ def test_addmv_decomposition_on_opinfo_samples(dtype):
         expected = addmv.addmv_reference(sample.input, *sample.args, **sample.kwargs)
         tolerance = {} if dtype == torch.float32 else {"rtol": 0, "atol": float(torch.finfo(dtype).eps) * 32}
         torch.testing.assert_close(result, expected, **tolerance)
+
+
+POINTWISE = {"sinh": metal_pointwise.sinh_decomposition, "cosh": metal_pointwise.cosh_decomposition,
+             "asinh": metal_pointwise.asinh_decomposition, "acosh": metal_pointwise.acosh_decomposition,
+             "logical_xor": metal_pointwise.logical_xor_decomposition}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(POINTWISE))
+def test_metal_pointwise_decompositions_on_opinfo_samples(name, dtype):
+    cases = samples(name, dtype)
+    assert cases
+    reference = OPS[name].op
+    for sample in cases:
+        result = POINTWISE[name](sample.input, *sample.args, **sample.kwargs)
+        expected = reference(sample.input, *sample.args, **sample.kwargs)
+        # float32: torch's default tolerance; half types: computed in float32 and rounded once, as ATen
+        # does, so at most one rounding apart.
+        tolerance = {} if dtype == torch.float32 else {"rtol": float(torch.finfo(dtype).eps), "atol": 0.0}
+        torch.testing.assert_close(result, expected, equal_nan=True, **tolerance)
 
 
 @pytest.mark.parametrize("name, op", [("_upsample_bilinear2d_aa", upsample_aa.BILINEAR_AA)])

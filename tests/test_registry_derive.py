@@ -9,7 +9,8 @@ from executorch.backends.apple.metal.metal_backend import MetalBackend
 import shimkit.plugins.addmm as addmm_plugin
 from registry_helpers import CLEAN_ENV
 from shimkit.csrc.build import MSL_ADAPTER
-from shimkit.registry import Kernel, MslKernel, OpPlugin, PassSpec, PluginConflictError, Shim, hookimpl
+from shimkit.registry import (InvalidPluginRecord, Kernel, MslKernel, OpPlugin, PassSpec, PluginConflictError, Shim,
+                              hookimpl)
 from shimkit.backend import inductor_options, new_registry
 
 
@@ -69,6 +70,22 @@ def test_decomposition_applies_only_where_no_shim():
     assert config.capabilities.has_shim(torch.ops.aten.erfinv.default)
     assert KERNEL_SOURCE in config.kernel_sources
     assert config.provider_of("aoti_torch_mps_erfinv").plugin == "erfinv-kernel"
+
+
+def test_decomposition_devices_limit_where_a_decomposition_applies():
+    only_metal = OpPlugin(name="erfinv-metal", ops=("aten::erfinv",), decomposition_devices=("mps",),
+                          decompositions={"aten::erfinv": lambda x: x})
+    registry = registry_with(Records(only_metal))
+    assert torch.ops.aten.erfinv.default in registry.backend_config("mps").decomposition_table
+    cuda = registry.backend_config("cuda")
+    assert torch.ops.aten.erfinv.default not in cuda.decomposition_table
+    assert cuda.capabilities.decomposition("aten::erfinv") is None
+    with pytest.raises(InvalidPluginRecord, match="erfinv-tpu.*decomposition_devices: device must be one of"):
+        OpPlugin(name="erfinv-tpu", ops=("aten::erfinv",), decomposition_devices=("tpu",),
+                 decompositions={"aten::erfinv": lambda x: x})
+    with pytest.raises(InvalidPluginRecord, match="not one string"):
+        OpPlugin(name="erfinv-str", ops=("aten::erfinv",), decomposition_devices="mps",
+                 decompositions={"aten::erfinv": lambda x: x})
 
 
 def test_custom_op_prototypes_become_custom_c_shims():
