@@ -104,6 +104,7 @@ def audit_in_workers(specs: Sequence[str], *, plugins: bool, check_numerics: boo
     context = multiprocessing.get_context("fork" if target.fake_device else "spawn")
     pool = context.Pool(jobs, initializer=_single_threaded_torch,
                         maxtasksperchild=None if target.fake_device else 1)
+    index = 0
     try:
         pending = [(spec, pool.apply_async(_audit_one, (spec, plugins, check_numerics, timeout, target.name)))
                    for spec in specs]
@@ -117,14 +118,17 @@ def audit_in_workers(specs: Sequence[str], *, plugins: bool, check_numerics: boo
                                 f"plus {WORKER_GRACE_S:g} s; the other models' results are kept")
             except Exception as error:  # a worker that died or raised: this model's error only
                 model = _failed(spec, "worker", f"{type(error).__name__}: {error}")
-            except KeyboardInterrupt:
-                interrupted = _failed(spec, "interrupted", "KeyboardInterrupt: the audit was interrupted")
-                interrupted["status"] = interrupted["failure"]["kind"] = "interrupted"
-                models.append(interrupted)
-                return models, True
             models.append(model)
             if on_progress:
                 on_progress(index, len(specs), spec, model)
+    except KeyboardInterrupt:
+        # Ctrl-C lands anywhere in the loop, a progress line included: the models done are kept, and the
+        # one in flight, if any, is reported as interrupted.
+        if len(models) == index < len(specs):
+            interrupted = _failed(specs[index], "interrupted", "KeyboardInterrupt: the audit was interrupted")
+            interrupted["status"] = interrupted["failure"]["kind"] = "interrupted"
+            models.append(interrupted)
+        return models, True
     finally:
         pool.terminate()
         pool.join()

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+import signal
 import textwrap
 
 import pytest
 
 from shimkit.audit.cli import configure_parser, run
-from shimkit.audit.parallel import MergeError, merge_reports, shard
+from shimkit.audit.parallel import MergeError, audit_in_workers, merge_reports, shard
 
 import argparse
 
@@ -57,6 +58,37 @@ def test_workers_give_one_report_and_a_slow_model_costs_only_itself(tmp_path):
     assert slow["status"] == "error" and "--timeout" in slow["failure"]["message"]
     assert document["summary"]["models"] == 3 and document["summary"]["error"] == 1
     assert code == document["exit_code"] == 2
+
+
+@pytest.mark.parametrize("where", ["progress after a model", "waiting for a worker"])
+def test_ctrl_c_anywhere_in_a_parallel_run_keeps_the_models_done(where, tmp_path):
+    # The signal can arrive while a progress line is written as well as while a worker is awaited: the
+    # report covers the models done either way, and never loses them to an escaping KeyboardInterrupt.
+    (tmp_path / "slow.py").write_text(SLOW_MODEL)
+    specs = ["seed_split_linear", f"{tmp_path / 'slow.py'}:model", "cumsum"]
+
+    def progress(index, total, spec, model):
+        if where == "progress after a model" and model is not None:
+            raise KeyboardInterrupt
+        if where == "waiting for a worker" and index == 1:
+            signal.setitimer(signal.ITIMER_REAL, 1.0)  # SIGALRM's handler below raises while get() waits
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        models, interrupted = audit_in_workers(specs, plugins=True, check_numerics=False, jobs=2, timeout=None,
+                                               on_progress=progress)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert interrupted
+    if where == "progress after a model":
+        assert [m["status"] for m in models] == ["clean"]
+    else:
+        assert [m["status"] for m in models] == ["clean", "interrupted"]
+        assert models[1]["name"] == specs[1] and "KeyboardInterrupt" in models[1]["failure"]["message"]
 
 
 def test_shard_reports_merge_into_the_unsharded_result(tmp_path):
