@@ -190,7 +190,10 @@ class DecomposeInPlace(ShimkitPass):
         shape_env = shape_env_of(graph) if symbolic else None
         guards_before = len(shape_env.guards) if shape_env is not None else 0
         try:
-            traced = make_fx(call_decomposition, tracing_mode=mode)(*values)
+            # The table's other decompositions stay active: one that calls an op another plugin decomposes
+            # (an ATen composite reaching cumsum, say) is spliced in without that op.
+            others = {other: fn for other, fn in self.table.items() if other != op}
+            traced = make_fx(call_decomposition, decomposition_table=others, tracing_mode=mode)(*values)
             template = _Template(traced.graph, edge)
         except DecompositionDeclined:
             raise

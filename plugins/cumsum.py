@@ -25,13 +25,15 @@ for bit (every prefix is a sum of the same terms).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from shimkit.passes.meta import finite_bound
 from shimkit.registry import DecompositionDeclined, OpPlugin, hookimpl
 
 CUMSUM = "aten::cumsum.default"
-_ACCUMULATE_IN_FLOAT32 = (torch.float16, torch.bfloat16)
+ACCUMULATE_IN_FLOAT32 = (torch.float16, torch.bfloat16)
 
 
 def largest_size(size: int | torch.SymInt) -> int | None:
@@ -45,40 +47,54 @@ def largest_size(size: int | torch.SymInt) -> int | None:
     return finite_bound(node.shape_env.bound_sympy(node.expr).upper)
 
 
-def cumsum_decomposition(self: torch.Tensor, dim: int, *, dtype: torch.dtype | None = None) -> torch.Tensor:
-    if dtype is None and not (self.is_floating_point() or self.is_complex()):
-        dtype = torch.int64
-    values = self if dtype is None else self.to(dtype)
-    if values.dim() == 0:
-        if dim not in (0, -1):
-            raise IndexError(f"Dimension out of range (expected to be in range of [-1, 0], but got {dim})")
-        return values.clone()
-    if not -values.dim() <= dim < values.dim():
-        raise IndexError(f"Dimension out of range (expected to be in range of "
-                         f"[{-values.dim()}, {values.dim() - 1}], but got {dim})")
-    dim = dim % values.dim()
+def log_step_scan(values: torch.Tensor, dim: int, combine: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                  identity: int, op: str) -> torch.Tensor:
+    """The inclusive scan of ``values`` along ``dim`` (already checked and made non-negative) under
+    ``combine``, an associative function with ``identity``: Hillis–Steele steps up to the largest
+    size ``dim`` can take. Raises :class:`DecompositionDeclined` (naming ``op``) for an unbounded
+    dynamic dimension."""
     length = values.shape[dim]
     largest = largest_size(length)
     if largest is None:
         raise DecompositionDeclined(
-            f"cumsum scans dim {dim}, a dynamic size ({length}) with no upper bound, and a log-step scan "
+            f"{op} scans dim {dim}, a dynamic size ({length}) with no upper bound, and a log-step scan "
             f"needs one: export with an upper bound on that dimension (torch.export.Dim(..., max=N))")
-    result_dtype = values.dtype
-    if result_dtype in _ACCUMULATE_IN_FLOAT32:
-        values = values.float()
-    if values.is_floating_point() or values.is_complex():
-        values = values + 0  # ATen starts from 0: a leading -0.0 becomes +0.0
     positions = torch.arange(length, device=values.device)
     along_dim = [length if d == dim else 1 for d in range(values.dim())]
+    neutral = torch.full((), identity, dtype=values.dtype, device=values.device)
     shift = 1
     while shift < largest:
         source = positions - shift
         has_source = (source >= 0).reshape(along_dim)
         earlier = values.index_select(dim, source.clamp(min=0))
-        values = values + torch.where(has_source, earlier, torch.zeros((), dtype=values.dtype,
-                                                                       device=values.device))
+        values = combine(values, torch.where(has_source, earlier, neutral))
         shift *= 2
-    return values.to(result_dtype)
+    return values
+
+
+def scan_operand(self: torch.Tensor, dim: int, dtype: torch.dtype | None) -> tuple[torch.Tensor, int]:
+    """ATen's rules for the operand of ``cumsum``/``cumprod``: integral and bool inputs scan in int64
+    unless ``dtype`` says otherwise, ``dtype`` casts first, ``dim`` is range-checked (a 0-d tensor takes
+    0 and -1). Returns the cast operand and ``dim`` made non-negative."""
+    if dtype is None and not (self.is_floating_point() or self.is_complex()):
+        dtype = torch.int64
+    values = self if dtype is None else self.to(dtype)
+    rank = max(values.dim(), 1)
+    if not -rank <= dim < rank:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})")
+    return values, dim % rank
+
+
+def cumsum_decomposition(self: torch.Tensor, dim: int, *, dtype: torch.dtype | None = None) -> torch.Tensor:
+    values, dim = scan_operand(self, dim, dtype)
+    if values.dim() == 0:
+        return values.clone()
+    result_dtype = values.dtype
+    if result_dtype in ACCUMULATE_IN_FLOAT32:
+        values = values.float()
+    if values.is_floating_point() or values.is_complex():
+        values = values + 0  # ATen starts from 0: a leading -0.0 becomes +0.0
+    return log_step_scan(values, dim, torch.add, 0, "cumsum").to(result_dtype)
 
 
 def _cumsum_reference(self, dim, *, dtype=None):

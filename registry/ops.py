@@ -9,7 +9,7 @@ the same op collide as they should.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -81,3 +81,27 @@ def node_op_name(target: Any) -> str | None:
         return canonical_op_name(target)
     except UnknownOpError:
         return None
+
+
+def through_aten_composite(op: Any) -> Callable[..., Any]:
+    """A decomposition of a ``CompositeImplicitAutograd`` op that runs ATen's own composite kernel.
+
+    ExecuTorch's AOTI partitioner keeps composite ops whole, so ``torch.cdist`` reaches Inductor as
+    ``aten::cdist`` and is expanded there, after shimkit's passes, into ``_cdist_forward``. A plugin
+    that decomposes ``_cdist_forward`` also lists ``aten::cdist`` with this decomposition: shimkit's
+    pass traces the composite with the other decompositions active, so the expansion arrives with
+    ``_cdist_forward`` already decomposed. Eager, it is ATen's result exactly.
+
+    >>> cdist = through_aten_composite("aten::cdist")
+    >>> cdist(torch.zeros(1, 2), torch.ones(1, 2)).tolist()
+    [[1.4142135381698608]]
+    """
+    overload = resolve_op(op) if isinstance(op, str) else op
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(overload.name(), "CompositeImplicitAutograd"):
+        raise ValueError(f"{canonical_op_name(overload)} has no CompositeImplicitAutograd kernel to decompose through")
+
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        return overload.decompose(*args, **kwargs)
+
+    decomposition.__qualname__ = f"through_aten_composite({canonical_op_name(overload)})"
+    return decomposition
