@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import torch
 
+from shimkit.plugins.shared import ACCUMULATE_IN_FLOAT32, float32_tensors
 from shimkit.registry import OpCall, OpPlugin, hookimpl, through_aten_composite
 
 ADAPTIVE_AVG_POOL3D = "aten::_adaptive_avg_pool3d.default"
 # F.adaptive_avg_pool3d reaches Inductor as this composite, expanded there into the op above.
 ADAPTIVE_AVG_POOL3D_COMPOSITE = "aten::adaptive_avg_pool3d.default"
-_ACCUMULATE_IN_FLOAT32 = (torch.float16, torch.bfloat16)
 
 
 def _window_mean(values: torch.Tensor, dim: int, out_size: int) -> torch.Tensor:
@@ -48,7 +48,7 @@ def adaptive_avg_pool3d_decomposition(self: torch.Tensor, output_size: list[int]
         raise RuntimeError(f"adaptive_avg_pool3d(): Expected input to have non-zero size for non-batch "
                            f"dimensions, but input has sizes {tuple(self.shape)}")
     result_dtype = self.dtype
-    values = self.float() if result_dtype in _ACCUMULATE_IN_FLOAT32 else self
+    values = self.float() if result_dtype in ACCUMULATE_IN_FLOAT32 else self
     for offset, out_size in zip((3, 2, 1), output_size):
         values = _window_mean(values, self.dim() - offset, out_size)
     return values.to(result_dtype)
@@ -67,11 +67,7 @@ def pooling_calls():
     elements = st.floats(-8, 8, width=32) | st.sampled_from([float("nan"), float("inf"), -float("inf")])
 
     def call(shape, out):
-        count = 1
-        for size in shape:
-            count *= size
-        return st.lists(elements, min_size=count, max_size=count).map(
-            lambda v: OpCall((torch.tensor(v, dtype=torch.float32).reshape(shape), list(out)), {}))
+        return float32_tensors(shape, elements).map(lambda values: OpCall((values, list(out)), {}))
 
     leading = st.sampled_from([(2,), (0, 2), (1, 3), (3,)])
     spatial = st.tuples(*[st.integers(1, 6)] * 3)

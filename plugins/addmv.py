@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from shimkit.plugins.addmm import aten_with_the_rules, scaled_product_sum
+from shimkit.plugins.shared import float32_tensors
 from shimkit.registry import OpCall, OpPlugin, hookimpl
 
 ADDMV = "aten::addmv.default"
@@ -45,11 +46,7 @@ def addmv_inputs():
     elements = st.floats(-8, 8, width=32) | st.sampled_from([float("nan"), float("inf"), -float("inf")])
 
     def tensor(shape):
-        count = 1
-        for size in shape:
-            count *= size
-        return st.lists(elements, min_size=count, max_size=count).map(
-            lambda v: torch.tensor(v, dtype=torch.float32).reshape(shape))
+        return float32_tensors(shape, elements)
 
     def calls(sizes):
         n, m = sizes

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from shimkit.plugins.shared import float32_tensors
 from shimkit.registry import OpCall, OpPlugin, hookimpl, through_aten_composite
 
 CUMULATIVE_TRAPEZOID_X = "aten::cumulative_trapezoid.x"
@@ -28,12 +29,7 @@ LINALG_VANDER = "aten::linalg_vander.default"
 def _values(shape):
     from hypothesis import strategies as st
 
-    count = 1
-    for size in shape:
-        count *= size
-    elements = st.floats(-4, 4, width=32) | st.sampled_from([float("nan"), float("inf")])
-    return st.lists(elements, min_size=count, max_size=count).map(
-        lambda v: torch.tensor(v, dtype=torch.float32).reshape(shape))
+    return float32_tensors(shape, st.floats(-4, 4, width=32) | st.sampled_from([float("nan"), float("inf")]))
 
 
 def trapezoid_calls():

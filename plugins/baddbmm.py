@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from shimkit.plugins.addmm import aten_with_the_rules, scaled_product_sum
+from shimkit.plugins.shared import float32_tensors
 from shimkit.registry import OpPlugin, hookimpl
 
 BADDBMM = "aten::baddbmm.default"
@@ -32,11 +33,7 @@ def baddbmm_inputs():
     from hypothesis import strategies as st
 
     def tensor(shape):
-        count = 1
-        for size in shape:
-            count *= size
-        values = st.lists(st.floats(-8, 8, width=32), min_size=count, max_size=count)
-        return values.map(lambda v: torch.tensor(v, dtype=torch.float32).reshape(shape))
+        return float32_tensors(shape, st.floats(-8, 8, width=32))
 
     def calls(sizes):
         b, n, k, m = sizes

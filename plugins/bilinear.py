@@ -22,6 +22,7 @@ import torch
 
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from shimkit.plugins.shared import float32_tensors
 from shimkit.registry import DecompositionDeclined, OpCall, OpPlugin, hookimpl, through_aten_composite
 
 TRILINEAR = "aten::_trilinear.default"
@@ -83,11 +84,7 @@ def bilinear_calls():
     elements = st.floats(-4, 4, width=32) | st.sampled_from([float("nan"), float("inf")])
 
     def tensor(shape):
-        count = 1
-        for size in shape:
-            count *= size
-        return st.lists(elements, min_size=count, max_size=count).map(
-            lambda v: torch.tensor(v, dtype=torch.float32).reshape(shape))
+        return float32_tensors(shape, elements)
 
     def call(sizes):
         batch, left, right, out = sizes

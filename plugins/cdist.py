@@ -21,12 +21,12 @@ import math
 
 import torch
 
+from shimkit.plugins.shared import ACCUMULATE_IN_FLOAT32, float32_tensors
 from shimkit.registry import OpCall, OpPlugin, hookimpl, through_aten_composite
 
 CDIST_FORWARD = "aten::_cdist_forward.default"
 # torch.cdist reaches Inductor as this composite, expanded there into _cdist_forward.
 CDIST = "aten::cdist.default"
-_ACCUMULATE_IN_FLOAT32 = (torch.float16, torch.bfloat16)
 # ATen's use_mm_for_euclid_dist_if_necessary threshold on either operand's row count.
 _MM_ROWS = 25
 
@@ -73,7 +73,7 @@ def cdist_forward_decomposition(x1: torch.Tensor, x2: torch.Tensor, p: float,
     if compute_mode not in (None, 0, 1, 2):
         raise RuntimeError(f"{compute_mode} is not a valid value for compute_mode")
     result_dtype = x1.dtype
-    if result_dtype in _ACCUMULATE_IN_FLOAT32:
+    if result_dtype in ACCUMULATE_IN_FLOAT32:
         x1, x2 = x1.float(), x2.float()
     if p != 2 or compute_mode == 2:
         distances = _pairwise_norm(x1, x2, p)
@@ -103,11 +103,7 @@ def cdist_calls():
     elements = st.floats(-4, 4, width=32) | st.sampled_from([float("nan"), float("inf")])
 
     def tensor(shape):
-        count = 1
-        for size in shape:
-            count *= size
-        return st.lists(elements, min_size=count, max_size=count).map(
-            lambda v: torch.tensor(v, dtype=torch.float32).reshape(shape))
+        return float32_tensors(shape, elements)
 
     def call(c):
         (batch1, batch2), rows1, rows2, coordinates, p, mode = c

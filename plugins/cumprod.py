@@ -19,20 +19,15 @@ from __future__ import annotations
 
 import torch
 
-from shimkit.plugins.cumsum import ACCUMULATE_IN_FLOAT32, log_step_scan, scan_operand
+from shimkit.plugins.cumsum import scan_decomposition
+from shimkit.plugins.shared import float32_tensors
 from shimkit.registry import OpCall, OpPlugin, hookimpl
 
 CUMPROD = "aten::cumprod.default"
 
 
 def cumprod_decomposition(self: torch.Tensor, dim: int, *, dtype: torch.dtype | None = None) -> torch.Tensor:
-    values, dim = scan_operand(self, dim, dtype)
-    if values.dim() == 0:
-        return values.clone()
-    result_dtype = values.dtype
-    if result_dtype in ACCUMULATE_IN_FLOAT32:
-        values = values.float()
-    return log_step_scan(values, dim, torch.mul, 1, "cumprod").to(result_dtype)
+    return scan_decomposition(self, dim, dtype, torch.mul, 1, "cumprod")
 
 
 def _cumprod_reference(self, dim, *, dtype=None):
@@ -49,15 +44,8 @@ def cumprod_inputs():
               | st.sampled_from([0.0, -0.0, float("nan"), float("inf"), -float("inf")]))
 
     def call(shape, dtype, dim, cast):
-        count = 1
-        for size in shape:
-            count *= size
-        if dtype == torch.float32:
-            values = st.lists(floats, min_size=count, max_size=count)
-        else:
-            values = st.lists(st.integers(-3, 3), min_size=count, max_size=count)
-        return values.map(lambda v: OpCall((torch.tensor(v, dtype=torch.float32).reshape(shape).to(dtype), dim),
-                                           {"dtype": cast}))
+        values = float32_tensors(shape, floats if dtype == torch.float32 else st.integers(-3, 3))
+        return values.map(lambda v: OpCall((v.to(dtype), dim), {"dtype": cast}))
 
     shapes = st.lists(st.integers(0, 6), min_size=0, max_size=3).map(tuple)
     return st.tuples(shapes, st.sampled_from([torch.float32, torch.int64, torch.bool]),

@@ -25,15 +25,15 @@ for bit (every prefix is a sum of the same terms).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from shimkit.passes.meta import finite_bound
+from shimkit.plugins.shared import ACCUMULATE_IN_FLOAT32
 from shimkit.registry import DecompositionDeclined, OpPlugin, hookimpl
 
 CUMSUM = "aten::cumsum.default"
-ACCUMULATE_IN_FLOAT32 = (torch.float16, torch.bfloat16)
 
 
 def largest_size(size: int | torch.SymInt) -> int | None:
@@ -72,29 +72,30 @@ def log_step_scan(values: torch.Tensor, dim: int, combine: Callable[[torch.Tenso
     return values
 
 
-def scan_operand(self: torch.Tensor, dim: int, dtype: torch.dtype | None) -> tuple[torch.Tensor, int]:
-    """ATen's rules for the operand of ``cumsum``/``cumprod``: integral and bool inputs scan in int64
-    unless ``dtype`` says otherwise, ``dtype`` casts first, ``dim`` is range-checked (a 0-d tensor takes
-    0 and -1). Returns the cast operand and ``dim`` made non-negative."""
+def scan_decomposition(self: torch.Tensor, dim: int, dtype: torch.dtype | None,
+                       combine: Callable[[torch.Tensor, Any], torch.Tensor], identity: int, op: str) -> torch.Tensor:
+    """``op`` (``cumsum``, ``cumprod``) by ATen's rules: integral and bool inputs scan in int64 unless
+    ``dtype`` says otherwise, ``dtype`` casts first, ``dim`` is range-checked (a 0-d tensor takes 0 and
+    -1 and is returned cast), half and bfloat16 scan in float32 and round once, and floating-point
+    values start from ``identity`` as ATen's loop does (``0 + -0.0`` is ``+0.0``)."""
     if dtype is None and not (self.is_floating_point() or self.is_complex()):
         dtype = torch.int64
     values = self if dtype is None else self.to(dtype)
     rank = max(values.dim(), 1)
     if not -rank <= dim < rank:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})")
-    return values, dim % rank
-
-
-def cumsum_decomposition(self: torch.Tensor, dim: int, *, dtype: torch.dtype | None = None) -> torch.Tensor:
-    values, dim = scan_operand(self, dim, dtype)
     if values.dim() == 0:
         return values.clone()
     result_dtype = values.dtype
     if result_dtype in ACCUMULATE_IN_FLOAT32:
         values = values.float()
     if values.is_floating_point() or values.is_complex():
-        values = values + 0  # ATen starts from 0: a leading -0.0 becomes +0.0
-    return log_step_scan(values, dim, torch.add, 0, "cumsum").to(result_dtype)
+        values = combine(values, identity)
+    return log_step_scan(values, dim % rank, combine, identity, op).to(result_dtype)
+
+
+def cumsum_decomposition(self: torch.Tensor, dim: int, *, dtype: torch.dtype | None = None) -> torch.Tensor:
+    return scan_decomposition(self, dim, dtype, torch.add, 0, "cumsum")
 
 
 def _cumsum_reference(self, dim, *, dtype=None):

@@ -17,9 +17,12 @@ the missing elements read a zero pad instead of memory past the source.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from shimkit.plugins.cumsum import cumsum_decomposition
+from shimkit.plugins.shared import float32_tensors
 from shimkit.registry import OpCall, OpPlugin, hookimpl
 
 MASKED_SCATTER = "aten::masked_scatter.default"
@@ -49,27 +52,19 @@ def masked_scatter_calls():
     elements = st.floats(-8, 8, width=32) | st.sampled_from([float("nan"), float("inf")])
 
     def tensor(shape):
-        return st.lists(elements, min_size=_count(shape), max_size=_count(shape)).map(
-            lambda v: torch.tensor(v, dtype=torch.float32).reshape(shape))
+        return float32_tensors(shape, elements)
 
     def call(shapes):
         self_shape, mask_shape = shapes
-        masks = st.lists(st.booleans(), min_size=_count(mask_shape), max_size=_count(mask_shape)).map(
+        masks = st.lists(st.booleans(), min_size=math.prod(mask_shape), max_size=math.prod(mask_shape)).map(
             lambda v: torch.tensor(v, dtype=torch.bool).reshape(mask_shape))
         return st.tuples(tensor(self_shape), masks, st.integers(0, 3)).flatmap(
-            lambda c: tensor((_count(torch.broadcast_shapes(self_shape, mask_shape)) + c[2],)).map(
+            lambda c: tensor((math.prod(torch.broadcast_shapes(self_shape, mask_shape)) + c[2],)).map(
                 lambda source: OpCall((c[0], c[1], source), {})))
 
     shapes = st.sampled_from([((3, 4), (3, 4)), ((3, 4), (4,)), ((4,), (2, 4)), ((2, 3, 2), (1, 3, 1)),
                               ((0, 3), (0, 3)), ((), ()), ((5,), ())])
     return shapes.flatmap(call)
-
-
-def _count(shape) -> int:
-    count = 1
-    for size in shape:
-        count *= size
-    return count
 
 
 @hookimpl

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from shimkit.plugins.shared import ACCUMULATE_IN_FLOAT32
 from shimkit.registry import DecompositionDeclined, OpCall, OpPlugin, hookimpl
 
 BILINEAR_AA = "aten::_upsample_bilinear2d_aa.default"
@@ -30,7 +31,6 @@ BICUBIC_AA = "aten::_upsample_bicubic2d_aa.default"
 # The overloads F.interpolate calls; the AOTI partitioner keeps them undecomposed, so they reach the backend.
 BILINEAR_AA_VEC = "aten::_upsample_bilinear2d_aa.vec"
 BICUBIC_AA_VEC = "aten::_upsample_bicubic2d_aa.vec"
-_ACCUMULATE_IN_FLOAT32 = (torch.float16, torch.bfloat16)
 
 
 def _triangle(x: torch.Tensor) -> torch.Tensor:
@@ -102,7 +102,7 @@ def _resize(op: str):
             raise DecompositionDeclined(f"{op} on {input.dtype} uses ATen's fixed-point path; only floating "
                                         f"inputs are decomposed")
         result_dtype = input.dtype
-        values = input.float() if result_dtype in _ACCUMULATE_IN_FLOAT32 else input
+        values = input.float() if result_dtype in ACCUMULATE_IN_FLOAT32 else input
         out_h, out_w = output_size
         height = resize_weights(values.shape[-2], out_h, align_corners, scales_h, filter_fn, radius, values.device)
         width = resize_weights(values.shape[-1], out_w, align_corners, scales_w, filter_fn, radius, values.device)
@@ -144,7 +144,7 @@ def _reference(aten_op):
     own result on the transposed image, which it gets right."""
     def reference(input, output_size, align_corners, scales_h=None, scales_w=None):
         result_dtype = input.dtype
-        values = input.float() if result_dtype in _ACCUMULATE_IN_FLOAT32 else input
+        values = input.float() if result_dtype in ACCUMULATE_IN_FLOAT32 else input
         if output_size[1] == 1 and values.shape[-2] != output_size[0]:
             transposed = aten_op(values.transpose(-1, -2).contiguous(), [output_size[1], output_size[0]],
                                  align_corners, scales_w, scales_h)

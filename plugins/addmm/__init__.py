@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from shimkit.plugins.shared import ACCUMULATE_IN_FLOAT32
 from shimkit.registry import Kernel, OpPlugin, Shim, hookimpl
 
 ADDMM = "aten::addmm.default"
@@ -36,7 +37,6 @@ KERNEL = Kernel(
     entry_points=("addmm_plan", "addmm_reference", "shimkit_ref_addmm_out", "shimkit_ref_last_error"),
     links_libtorch=True,
 )
-ACCUMULATE_IN_FLOAT32 = (torch.float16, torch.bfloat16)
 
 
 def scaled_product_sum(self, a, b, multiply, product_shape, *, beta, alpha):
