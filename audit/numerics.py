@@ -41,7 +41,8 @@ TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2, torc
 
 
 class NumericsUnavailable(RuntimeError):
-    """The program cannot be run on the CPU as captured (the message says why)."""
+    """The program cannot be run as captured (the message says why): the check has no verdict, and the
+    model is reported ``unchecked``, never ``wrong``."""
 
 
 @dataclass
@@ -180,36 +181,62 @@ def _like(example: torch.Tensor, shape: list[int], generator: torch.Generator) -
 
 class AotiCompiled:
     """A program handed to Inductor for a real device (CUDA), compiled by torch's own AOTInductor
-    (``torch._inductor.aoti_compile_and_package`` and its loader) on first call and run there.
+    (``torch._inductor.aoti_compile_and_package`` and its loader) and run there, in a process of its
+    own (:mod:`shimkit.audit.aoti_process`: in the lowering process the package crashed on load).
 
-    The dimensions that are symbolic in the program's inputs stay dynamic in the compiled package, so
-    one compilation answers every :func:`size_plans` plan. Operands arrive on the CPU (the top-level
-    program runs there) and results go back to it.
+    The program is exported once, on the first call; the dimensions that are symbolic in its inputs
+    stay dynamic, so one compilation answers every :func:`size_plans` plan. Operands arrive on the CPU
+    (the top-level program runs there) and results go back to it. A crash or hang of the child is a
+    :class:`NumericsUnavailable` naming it: the audit reports the model ``unchecked``.
     """
 
-    def __init__(self, module: fx.GraphModule, example_inputs: tuple[Any, ...], device: torch.device) -> None:
+    def __init__(self, module: fx.GraphModule, example_inputs: tuple[Any, ...], device: torch.device,
+                 timeout_s: float = 900) -> None:
         self.module = module
         self.device = device
+        self.timeout_s = timeout_s
         self.dynamic_dims = [
             [d for d, size in enumerate(value.shape) if isinstance(size, torch.SymInt)]
             if isinstance(value, torch.Tensor) else [] for value in example_inputs]
-        self._runner: Any = None
+        self._folder: Any = None
+        self._modules: list[str] = []
 
-    def _compile(self, operands: list[Any]) -> Any:
-        from torch._inductor import aoti_compile_and_package, aoti_load_package
+    def _export(self, operands: list[Any]) -> None:
+        import tempfile
+
         from torch.export import Dim
 
+        from shimkit.audit.aoti_process import custom_op_modules
+
         dynamic = tuple({d: Dim.DYNAMIC for d in dims} or None for dims in self.dynamic_dims)
-        exported = torch.export.export(self.module, tuple(operands),
+        on_device = [o.to(self.device) if isinstance(o, torch.Tensor) else o for o in operands]
+        exported = torch.export.export(self.module, tuple(on_device),
                                        dynamic_shapes=dynamic if any(self.dynamic_dims) else None, strict=False)
-        return aoti_load_package(aoti_compile_and_package(exported))
+        self._modules = custom_op_modules(exported.graph)
+        self._folder = tempfile.TemporaryDirectory(prefix="shimkit-aoti-")
+        torch.export.save(exported, f"{self._folder.name}/program.pt2")
 
     def __call__(self, *operands: Any) -> Any:
-        on_device = [o.to(self.device) if isinstance(o, torch.Tensor) else o for o in operands]
-        if self._runner is None:
-            self._runner = self._compile(on_device)
-        result = self._runner(*on_device)
-        return pytree.tree_map(lambda v: v.cpu() if isinstance(v, torch.Tensor) else v, result)
+        import subprocess
+        import sys
+
+        if self._folder is None:
+            self._export(list(operands))
+        folder = self._folder.name
+        torch.save([o.cpu() if isinstance(o, torch.Tensor) else o for o in operands], f"{folder}/inputs.pt")
+        command = [sys.executable, "-m", "shimkit.audit.aoti_process", f"{folder}/program.pt2",
+                   f"{folder}/package.pt2", f"{folder}/inputs.pt", f"{folder}/outputs.pt", str(self.device),
+                   *self._modules]
+        try:
+            child = subprocess.run(command, capture_output=True, text=True, timeout=self.timeout_s)
+        except subprocess.TimeoutExpired as timeout:
+            raise NumericsUnavailable(f"AOTInductor's compile-and-run process took over {self.timeout_s:.0f} s") from timeout
+        if child.returncode != 0:
+            died = (f"died of signal {-child.returncode}" if child.returncode < 0
+                    else f"exited {child.returncode}")
+            lines = [line for line in child.stderr.splitlines() if line.strip()]
+            raise NumericsUnavailable(f"AOTInductor's compile-and-run process {died}: {' | '.join(lines[-3:])[:400]}")
+        return torch.load(f"{folder}/outputs.pt")
 
 
 def on_device(model: Callable[..., Any], device: torch.device) -> Callable[..., Any]:
@@ -265,6 +292,9 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[...,
             expected = pytree.tree_leaves(eager(*inputs))
             try:
                 actual = pytree.tree_leaves(interpreter.run(*pytree.tree_leaves(inputs)))
+            except NumericsUnavailable as error:  # the stand-in itself could not run: no verdict
+                report.unavailable = str(error)[:500]
+                return report
             except Exception as error:
                 report.checks.append(NumericsCheck(sizes, [], False, f"{type(error).__name__}: {error}"[:500]))
                 continue

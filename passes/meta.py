@@ -79,17 +79,18 @@ def layout(value: Any) -> Any:
 def same_layout(a: Any, b: Any) -> bool:
     """Whether two layouts describe the same memory pattern.
 
-    Strides of size-1 dimensions (and of empty tensors) address nothing, and view kernels and
-    ``empty_like`` choose them differently, so they are ignored.
+    Strides of size-1 dimensions address nothing, and view kernels and ``empty_like`` choose them
+    differently, so they are ignored; so are an empty tensor's strides and storage offset (a split
+    of a size-1 dimension places its empty piece by that dimension's stride).
     """
     if a == b:
         return True
     if is_tensor_layout(a) and is_tensor_layout(b):
-        if a[0] != b[0] or a[2:] != b[2:]:
+        if a[0] != b[0] or a[3:] != b[3:]:
             return False
         if any(s == 0 for s in a[0]):
             return True
-        return all(s == 1 or x == y for s, x, y in zip(a[0], a[1], b[1]))
+        return a[2] == b[2] and all(s == 1 or x == y for s, x, y in zip(a[0], a[1], b[1]))
     if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) \
             and not is_tensor_layout(a) and not is_tensor_layout(b):
         return all(same_layout(x, y) for x, y in zip(a, b))

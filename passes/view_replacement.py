@@ -16,6 +16,13 @@ meaning or be impossible:
 * its result would not be dense and feeds an op that needs dense input (a C shim such as Metal's
   ``bmm``, which reads buffers as dense from offset 0: docs/metal-aoti.md, "Anatomy of a Metal op").
 
+``view_copy`` becomes ``reshape``, not ``view``: the two agree wherever the layout this pass judges
+by (the exported example's) allows a view, but the compiler may give the input another layout. Under
+``CudaBackend`` (which compiles SDPA with the math backend) attention returns a contiguous
+``(B, H, L, D)`` tensor where export's fused kernel returned ``(B, L, H, D)`` storage, so the usual
+``transpose(1, 2)`` then ``view`` cannot be traced ("Cannot view a tensor with shape ..."); a
+``reshape`` is decided again on the layout Inductor actually has: a view where it can be, a copy where not.
+
 ``meta["val"]`` of converted nodes, their ``getitem`` users and anything downstream whose layout
 changes is recomputed.
 """
@@ -74,7 +81,11 @@ for _copy, _view in _FAMILY:
                           f"arguments in torch {torch.__version__}; the pair cannot be swapped in place")
 
 VIEW_OF_COPY: dict[torch._ops.OpOverload, torch._ops.OpOverload] = dict(_FAMILY)
-"""Each view-copy op of docs/metal-aoti.md, "The view_copy family" and the view op it becomes."""
+"""Each view-copy op of docs/metal-aoti.md, "The view_copy family" and the view op whose meaning it has."""
+
+# What a converted node becomes where that differs from its view (module docstring: layouts the
+# compiler chooses). reshape's ``shape`` is view's ``size``, positionally.
+_REPLACEMENT = {aten.view.default: aten.reshape.default}
 
 _MULTI_OUTPUT = {aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int}
 _NEVER = math.inf
@@ -258,7 +269,7 @@ class ReplaceViewCopyWithView(ShimkitPass):
     def _apply(self, node: fx.Node, spec: Any, computer: ValueComputer, changed: set[fx.Node],
                handled: set[fx.Node]) -> None:
         view = self.view_of_copy[aten_op(node.target)]
-        node.target = like(view, node.target)
+        node.target = like(_REPLACEMENT.get(view, view), node.target)
         if view not in _MULTI_OUTPUT:
             if not same_layout(spec, layout(node.meta.get("val"))):
                 node.meta["val"] = computer.value_of(spec)

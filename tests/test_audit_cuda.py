@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from shimkit.audit.cli import configure_parser, run
-from shimkit.audit.numerics import AotiCompiled
+from shimkit.audit.numerics import AotiCompiled, NumericsUnavailable
 from shimkit.audit.parallel import MergeError, merge_reports
 from shimkit.audit.report import document_of, target_of
 from shimkit.audit.targets import METAL, TARGETS
@@ -176,3 +176,8 @@ def test_aoti_compiled_stand_in_keeps_dynamic_sizes_and_matches_eager():
     for size in (5, 17):  # one compilation serves every size the program allows
         x = torch.randn(size, 6)
         torch.testing.assert_close(compiled(x), model(x))
+
+    # It runs in a process of its own: what goes wrong there is an error naming it, never a crash here.
+    (Path(compiled._folder.name) / "package.pt2").write_bytes(b"not a package")
+    with pytest.raises(NumericsUnavailable, match="AOTInductor's compile-and-run process exited 1"):
+        compiled(torch.randn(3, 6))

@@ -130,3 +130,18 @@ def test_a_program_the_check_cannot_copy_is_reported_unavailable_and_the_audit_g
     assert "no real value is known for p_fc_weight" in audit.numerics.unavailable
     assert audit.status == "unchecked"  # unproven numbers are not clean, nor known wrong
     assert to_json(result_of(audit))["exit_code"] == 2
+
+
+def test_a_stand_in_that_cannot_run_leaves_the_model_unchecked_not_wrong(monkeypatch):
+    """On the H100 AOTInductor's own loader crashed on every package: that says nothing of the numbers."""
+    import shimkit.audit.numerics as numerics
+
+    def crashing_stand_in(module, real_value):
+        def run(*operands):
+            raise numerics.NumericsUnavailable("AOTInductor's compile-and-run process died of signal 11")
+        return run
+
+    monkeypatch.setattr(numerics, "cpu_copy", crashing_stand_in)
+    audit = run_audit(["seed_split_linear"], registry=new_registry(env=CLEAN_ENV), check_numerics=True).models[0]
+    assert "died of signal 11" in audit.numerics.unavailable and audit.numerics.checks == []
+    assert audit.status == "unchecked"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import operator
 
 import pytest
 import torch
@@ -225,3 +226,43 @@ def test_mutated_buffer_of_an_exported_program():
 def test_rejects_unknown_ops():
     with pytest.raises(ValueError, match="not a view-copy op"):
         ReplaceViewCopyWithView(ops=[aten.add.Tensor])
+
+
+def test_an_empty_piece_of_a_size_one_dimension_keeps_fresh_values():
+    """Found by hypothesis: once ``permute`` is a view, its size-1 dimension has another stride, and a
+    split there places its empty piece at another offset; neither addresses any memory."""
+    def build(g, x):
+        permuted = g.call_function(aten.permute_copy.default, (x, [1, 0]))
+        parts = g.call_function(aten.split_with_sizes_copy.default, (permuted, [1, 0], 1))
+        return tuple(g.call_function(aten.mul.Tensor, (g.call_function(operator.getitem, (parts, i)), 1.0))
+                     for i in (0, 1))
+    example = torch.tensor([[0.5, -1.5]])
+    module = _prepared(build, example)
+    assert _copies(module) == []
+    assert_values_fresh(module, [example])
+
+def test_a_flattened_attention_output_follows_the_layout_the_compiler_gives():
+    """Export's CPU attention kernel returns the query's ``(B, L, H, D)`` storage, so ``transpose(1, 2)``
+    then ``view_copy`` looks viewable; ``CudaBackend`` compiles SDPA with the math backend, which returns
+    a contiguous ``(B, H, L, D)`` tensor, where a ``view`` cannot be formed (the H100's
+    ``conformer_block`` failure). The converted node must still work on that layout."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    graph = fx.Graph()
+    heads_last = [graph.call_function(aten.transpose_copy.int, (graph.placeholder(name), 1, 2)) for name in "qkv"]
+    attended = graph.call_function(aten.scaled_dot_product_attention.default, tuple(heads_last))
+    tokens = graph.call_function(aten.transpose_copy.int, (attended, 1, 2))
+    flat = graph.call_function(aten.view_copy.default, (tokens, [1, 32, 64]))
+    graph.output((graph.call_function(aten.mul.Tensor, (flat, 1.0)),))  # a bare graph's outputs may be written
+    module = fx.GraphModule(torch.nn.Module(), graph)
+    generator = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(1, 32, 4, 16, generator=generator) for _ in range(3)]
+    propagate_values(module, inputs)
+    expected = module(*inputs)[0]
+
+    assert ReplaceViewCopyWithView()(module).modified
+    assert _copies(module) == []
+    # What the pass judged by: the fused kernel's layout, on which the flattening is a view.
+    assert attended.meta["val"].transpose(1, 2).is_contiguous()
+    with sdpa_kernel([SDPBackend.MATH]):
+        torch.testing.assert_close(module(*inputs)[0], expected)
