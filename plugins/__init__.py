@@ -27,6 +27,7 @@ BUILTIN_MODULES = (
     "adaptive_avg_pool3d",
     "masked_scatter",
     "cdist",
+    "linear_cross_entropy",
     "metal_pointwise",
     "cuda_runtime",
     "core_passes",

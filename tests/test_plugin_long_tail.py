@@ -20,8 +20,9 @@ from shimkit.plugins.cumsum import cumsum_decomposition
 from shimkit.registry import through_aten_composite
 from shimkit.testing import assert_plugin_matches_reference
 
-OPS = {op.name: op for op in op_db}
-PLUGINS = ["cumprod", "aten-composites", "bilinear", "adaptive-avg-pool3d", "masked-scatter", "cdist"]
+OPS = {f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name: op for op in op_db}
+PLUGINS = ["cumprod", "aten-composites", "bilinear", "adaptive-avg-pool3d", "masked-scatter", "cdist",
+           "linear-cross-entropy"]
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
@@ -38,6 +39,8 @@ SWEEP_GAPS = [
     ("nn.functional.bilinear", "at::_ops::_trilinear::call"),
     ("cdist", "at::_ops::_cdist_forward::call"),
     ("nn.functional.adaptive_avg_pool3d", "at::_ops::_adaptive_avg_pool3d::call"),
+    ("nn.functional.linear_cross_entropy.chunked", "torch_nn::_linear_cross_entropy_batch_chunked"),
+    ("nn.functional.linear_cross_entropy.chunked_none", "torch_nn::_linear_cross_entropy_batch_chunked_no_reduction"),
 ]
 
 
