@@ -1,4 +1,5 @@
-"""The ``addmm`` policy: keep it where the device has a shim, else rewrite it as ``mm`` plus a scaled add.
+"""The ``addmm`` policy: keep it where the device has a shim or compiles it, else rewrite it as ``mm`` plus a
+scaled add.
 
 ``addmm`` reaches a graph from user code, from decompositions (``linear`` of a 2-D input) and, inside
 Inductor, from its own ``mm + bias`` re-fusion. The rewrite is the registry's ``aten::addmm``
@@ -23,7 +24,8 @@ ADDMM = torch.ops.aten.addmm.default
 
 
 class AddmmPolicy(DecomposeInPlace):
-    """Rewrite every ``addmm`` with ``decomposition`` unless ``keep`` (the device has an addmm shim).
+    """Rewrite every ``addmm`` with ``decomposition`` unless ``keep`` (the device has an addmm shim, or
+    its code generator compiles ``addmm``: CUDA's Triton GEMM templates).
 
     With neither a shim nor a decomposition an ``addmm`` in the graph is an error: Inductor would
     emit a kernel the runtime lacks.
@@ -39,7 +41,8 @@ class AddmmPolicy(DecomposeInPlace):
 
     @classmethod
     def from_capabilities(cls, capabilities: Any, **kwargs: Any) -> "AddmmPolicy":  # type: ignore[override]
-        return cls(capabilities.decomposition(ADDMM), keep=capabilities.has_shim(ADDMM), **kwargs)
+        keep = capabilities.has_shim(ADDMM) or capabilities.generates(ADDMM)
+        return cls(capabilities.decomposition(ADDMM), keep=keep, **kwargs)
 
     def transform(self, graph: fx.Graph, context: PassContext) -> bool:
         if self.keep:

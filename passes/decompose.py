@@ -97,6 +97,14 @@ class _Template:
                            and r.op == "call_function"}
 
 
+def _single_fake_mode(values: list[Any]) -> Any:
+    """The fake mode every tensor of ``values`` belongs to, or ``None`` where they do not share one."""
+    modes = {id(v.fake_mode): v.fake_mode for v in values if isinstance(v, FakeTensor)}
+    if len(modes) != 1 or not all(isinstance(v, FakeTensor) for v in values if isinstance(v, torch.Tensor)):
+        return None
+    return next(iter(modes.values()))
+
+
 class DecomposeInPlace(ShimkitPass):
     """Replace each node whose op is in ``table`` by its traced decomposition, spliced in place.
 
@@ -187,13 +195,18 @@ class DecomposeInPlace(ShimkitPass):
         # decomposition creates (arange, zeros) are fake too, on the program's device.
         fake = any(isinstance(v, FakeTensor) for v in values)
         mode = "symbolic" if symbolic else "fake" if fake else "real"
+        # Static values of one fake mode are traced as they are, inside that mode: make_fx's own
+        # "fake" mode would first copy each of them into a fake mode of its own.
+        own_mode = _single_fake_mode(values) if mode == "fake" else None
         shape_env = shape_env_of(graph) if symbolic else None
         guards_before = len(shape_env.guards) if shape_env is not None else 0
         try:
             # The table's other decompositions stay active: one that calls an op another plugin decomposes
             # (an ATen composite reaching cumsum, say) is spliced in without that op.
             others = {other: fn for other, fn in self.table.items() if other != op}
-            traced = make_fx(call_decomposition, decomposition_table=others, tracing_mode=mode)(*values)
+            with own_mode if own_mode is not None else contextlib.nullcontext():
+                traced = make_fx(call_decomposition, decomposition_table=others,
+                                 tracing_mode="real" if own_mode is not None else mode)(*values)
             template = _Template(traced.graph, edge)
         except DecompositionDeclined:
             raise

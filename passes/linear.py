@@ -9,7 +9,7 @@ Parakeet export wrote a custom decomposition to avoid both addmm and a 0-stride 
 This pass rewrites ``linear(x, w, b)`` as ``add(mm(x, t(w)), b)`` (``matmul`` for other ranks): the
 bias is broadcast by the pointwise add, never viewed with a 0 stride. The post-grad
 :class:`~shimkit.passes.inductor.PostGradPipeline` (``unfuse_addmm``) undoes Inductor's re-fusion.
-Where the device has an addmm shim (``keep_addmm``) linears are left alone.
+Where the device has an addmm shim or compiles ``addmm`` itself (``keep_addmm``) linears are left alone.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class DecomposeLinear(ShimkitPass):
 
     @classmethod
     def from_capabilities(cls, capabilities) -> "DecomposeLinear":
-        return cls(keep_addmm=capabilities.has_shim("aten::addmm"))
+        return cls(keep_addmm=capabilities.has_shim("aten::addmm") or capabilities.generates("aten::addmm"))
 
     def transform(self, graph: fx.Graph, context: PassContext) -> bool:
         if self.keep_addmm:

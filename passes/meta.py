@@ -8,10 +8,13 @@ the 48-block benchmark graph (1,152 of them) that way would spend 150 ms on meta
 * other ops run once through the graph's fake mode;
 * results are memoised by (op, argument layouts, other arguments), so the 48 identical blocks of a
   transformer cost one computation each, and a caller builds a new fake tensor only where the layout
-  actually changed.
+  actually changed;
+* fake values are memoised by static layout too: nodes with one layout share one fake tensor, as the
+  nodes that :class:`~shimkit.passes.decompose.DecomposeInPlace` splices from one template do.
 
 Values computed here describe layout, not storage sharing: a converted view's value does not share
-its input's fake storage. Everything that needs aliasing facts reads them from the op schemas.
+its input's fake storage, and two nodes may share a value without sharing memory. Everything that
+needs aliasing facts reads them from the op schemas.
 """
 
 from __future__ import annotations
@@ -99,6 +102,10 @@ def same_layout(a: Any, b: Any) -> bool:
 
 def _is_static(spec: Any) -> bool:
     """True when a layout holds no symbolic sizes (symbolic ones are neither hashable nor memoised)."""
+    if is_tensor_layout(spec):
+        sizes, strides, offset = spec[0], spec[1], spec[2]
+        return type(offset) is int and all(type(x) is int for x in sizes) \
+            and all(type(x) is int for x in strides)
     return not any(isinstance(x, torch.SymInt) for x in pytree.tree_leaves(spec))
 
 
@@ -111,6 +118,8 @@ def argument_key(value: Any) -> Any:
         return (tuple(value.shape), tuple(value.stride()), value.storage_offset(), value.dtype,
                 value.device)
     if kind in (list, tuple):
+        if all(type(v) is int for v in value):  # sizes and dims, the common case, keyed in one step
+            return (kind, int, tuple(value))
         return (kind, tuple(argument_key(v) for v in value))
     if kind is dict:
         return (kind, tuple((k, argument_key(v)) for k, v in value.items()))
@@ -137,6 +146,7 @@ class ValueComputer:
     def __init__(self, mode: FakeTensorMode | None) -> None:
         self.mode = mode
         self._memo: dict[Any, Any] = {}
+        self._values: dict[Any, FakeTensor] = {}
 
     def layout_of(self, target: Any, args: tuple, kwargs: dict, *, is_view: bool = False) -> Any:
         """Layout of ``target(*args, **kwargs)``; raises what the op raises (e.g. an impossible view)."""
@@ -152,12 +162,21 @@ class ValueComputer:
         return spec
 
     def value_of(self, spec: Any) -> Any:
-        """A fake value with layout ``spec`` (a fresh tensor, or a list of them for list specs)."""
+        """A fake value with layout ``spec`` (a tensor, or a list of them for list specs).
+
+        Static layouts give the same tensor each time (module docstring); symbolic ones a fresh one.
+        """
         if is_tensor_layout(spec):
-            sizes, strides, offset, dtype, device = spec
-            if self.mode is None:
-                raise RuntimeError("cannot build a fake value: the graph's meta['val'] has no fake mode")
-            return FakeTensor(self.mode, _meta_tensor(sizes, strides, offset, dtype), device)
+            static = _is_static(spec)
+            value = self._values.get(spec) if static else None
+            if value is None:
+                sizes, strides, offset, dtype, device = spec
+                if self.mode is None:
+                    raise RuntimeError("cannot build a fake value: the graph's meta['val'] has no fake mode")
+                value = FakeTensor(self.mode, _meta_tensor(sizes, strides, offset, dtype), device)
+                if static:
+                    self._values[spec] = value
+            return value
         if isinstance(spec, tuple) and all(is_tensor_layout(s) for s in spec):
             return [self.value_of(s) for s in spec]
         raise TypeError(f"no fake value can have layout {spec!r}")

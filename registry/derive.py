@@ -55,9 +55,19 @@ class DeviceCapabilities:
     shims: Mapping[str, Provision]
     decompositions: Mapping[str, Provision]
     eliminations: Mapping[str, Provision]
+    generated: frozenset[str] = frozenset()
 
     def has_shim(self, op: Any) -> bool:
         return canonical_op_name(op) in self.shims
+
+    def generates(self, op: Any) -> bool:
+        """Whether the device's code generator compiles ``op`` itself: a plugin decomposes it, but limits
+        that decomposition to other devices (``OpPlugin.decomposition_devices``), and nothing here
+        provides a shim or decomposition. CUDA's Triton GEMM templates compile ``addmm``, say, where
+        Metal calls an ``addmm`` kernel.
+        """
+        name = canonical_op_name(op)
+        return name in self.generated and name not in self.shims and name not in self.decompositions
 
     def shim(self, op: Any) -> Shim | None:
         provision = self.shims.get(canonical_op_name(op))
@@ -297,10 +307,13 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
     shim_candidates: dict[str, list[Provision]] = {}
     decomposition_candidates: dict[str, list[Provision]] = {}
     eliminations: dict[str, Provision] = {}
+    generated: set[str] = set()
     for entry in plugins:
         plugin = entry.record
         for shim in plugin.shims_for(device):
             shim_candidates.setdefault(shim.op, []).append(Provision(shim.op, plugin.name, entry.source, shim=shim))
+        if not plugin.decomposes_on(device):
+            generated.update(plugin.decompositions)
         for op, fn in plugin.decompositions.items() if plugin.decomposes_on(device) else ():
             decomposition_candidates.setdefault(op, []).append(
                 Provision(op, plugin.name, entry.source, decomposition=fn, pre_edge=op in plugin.pre_edge))
@@ -336,7 +349,8 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
             kernel_providers.update(dict.fromkeys(_shim(provision).names, provision))
 
     capabilities = DeviceCapabilities(
-        device, MappingProxyType(shims), MappingProxyType(decompositions), MappingProxyType(eliminations))
+        device, MappingProxyType(shims), MappingProxyType(decompositions), MappingProxyType(eliminations),
+        frozenset(generated))
 
     # Tables keyed by OpOverload leave out ops no loaded library defines: they cannot be in a graph.
     decomposition_table = {}

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
+from types import MappingProxyType
 
 import pytest
 import torch
@@ -79,11 +81,17 @@ def test_addmm_rewrite_has_exact_beta_alpha_semantics(m, k, n, beta, alpha, bias
 
 
 def test_addmm_policy_follows_the_registry():
+    """Metal keeps addmm for its shim and CUDA for its Triton GEMM templates (the addmm plugin limits its
+    decomposition to mps); a Metal registry without the shim gets the decomposition."""
     program = torch.export.export(Addmm(1, 1), (torch.randn(2), torch.randn(3, 4), torch.randn(4, 2)))
-    with_shim = AddmmPolicy.from_capabilities(backend_config("mps").capabilities)
-    without = AddmmPolicy.from_capabilities(backend_config("cuda").capabilities)
+    metal = backend_config("mps").capabilities
+    with_shim = AddmmPolicy.from_capabilities(metal)
+    compiled = AddmmPolicy.from_capabilities(backend_config("cuda").capabilities)
+    without = AddmmPolicy.from_capabilities(dataclasses.replace(metal, shims=MappingProxyType({})))
     assert with_shim.keep and not with_shim(copy.deepcopy(program)).modified
+    assert compiled.keep and not compiled(copy.deepcopy(program)).modified
     assert not without.keep and without(program).modified
+    assert aten.addmm.default not in _ops(program)
     with pytest.raises(PassError, match="no aten::addmm shim and no plugin"):
         AddmmPolicy(None)(torch.export.export(Addmm(1, 1), (torch.randn(2), torch.randn(3, 4), torch.randn(4, 2))))
 

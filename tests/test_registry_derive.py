@@ -80,6 +80,13 @@ def test_decomposition_devices_limit_where_a_decomposition_applies():
     cuda = registry.backend_config("cuda")
     assert torch.ops.aten.erfinv.default not in cuda.decomposition_table
     assert cuda.capabilities.decomposition("aten::erfinv") is None
+    # Limiting a decomposition to Metal says CUDA's code generator compiles the op itself...
+    assert cuda.capabilities.generates("aten::erfinv")
+    assert not registry.backend_config("mps").capabilities.generates("aten::erfinv")
+    # ... unless another plugin decomposes it there after all.
+    everywhere = OpPlugin(name="erfinv-everywhere", ops=("aten::erfinv",), decompositions={"aten::erfinv": lambda x: x})
+    both = registry_with(Records(only_metal, everywhere)).backend_config("cuda").capabilities
+    assert not both.generates("aten::erfinv") and both.decomposition("aten::erfinv") is not None
     with pytest.raises(InvalidPluginRecord, match="erfinv-tpu.*decomposition_devices: device must be one of"):
         OpPlugin(name="erfinv-tpu", ops=("aten::erfinv",), decomposition_devices=("tpu",),
                  decompositions={"aten::erfinv": lambda x: x})
@@ -102,7 +109,10 @@ def test_cuda_derives_executorchs_runtime_kernels_under_both_names():
     assert {"aoti_torch_cuda_sort_stable", "at::_ops::sort_stable::call"} <= set(config.fallback_kernels)
     assert config.provider_of("at::_ops::sort_stable::call").plugin == "cuda-runtime-kernels"
     assert not any(name.startswith("aoti_torch_mps_") for name in config.fallback_kernels)
-    assert torch.ops.aten.addmm.default in config.decomposition_table
+    # CudaBackend's Triton GEMM templates compile addmm: the addmm plugin's decomposition is for Metal only.
+    assert torch.ops.aten.addmm.default not in config.decomposition_table
+    assert config.capabilities.generates("aten::addmm") and not config.capabilities.has_shim("aten::addmm")
+    assert torch.ops.aten.baddbmm.default in config.decomposition_table
 
 
 def test_unknown_device_is_rejected():

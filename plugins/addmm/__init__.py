@@ -2,7 +2,9 @@
 
 Inductor emits ``aoti_torch_mps_addmm_out`` both for ``addmm`` in the graph and for its own
 ``mm + bias`` re-fusion (docs/metal-aoti.md, "The mm + bias → addmm fusion"). Where a device has no addmm shim the decomposition below is
-applied instead. Its rules, shared with the kernel and with ``baddbmm``:
+applied instead, on Metal only: ExecuTorch's ``CudaBackend`` tunes GEMMs with Triton templates alone
+(``max_autotune_gemm_backends="TRITON"``), so Inductor compiles ``addmm``, bias included, into Triton code
+and never calls an addmm kernel there. Its rules, shared with the kernel and with ``baddbmm``:
 
 * half and bfloat16 are computed in float32 (the product accumulates in float32, then
   ``beta * self + alpha * product``) and rounded to the result dtype once, as ATen's CPU kernel does;
@@ -96,6 +98,7 @@ def shimkit_op_plugins():
         ops=(ADDMM,),
         shims=(Shim(op=ADDMM, device="mps", symbol="aoti_torch_mps_addmm_out", kernel=KERNEL),),
         decompositions={ADDMM: addmm_decomposition},
+        decomposition_devices=("mps",),
         references={ADDMM: addmm_reference},
-        doc="addmm: shimkit's Metal kernel on mps; mm plus a scaled add where a device has no addmm shim.",
+        doc="addmm: shimkit's Metal kernel on mps (mm plus a scaled add where it is blocked); Triton code on cuda.",
     )
