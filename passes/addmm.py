@@ -41,8 +41,7 @@ class AddmmPolicy(DecomposeInPlace):
 
     @classmethod
     def from_capabilities(cls, capabilities: Any, **kwargs: Any) -> "AddmmPolicy":  # type: ignore[override]
-        keep = capabilities.has_shim(ADDMM) or capabilities.generates(ADDMM)
-        return cls(capabilities.decomposition(ADDMM), keep=keep, **kwargs)
+        return cls(capabilities.decomposition(ADDMM), keep=capabilities.keeps(ADDMM), **kwargs)
 
     def transform(self, graph: fx.Graph, context: PassContext) -> bool:
         if self.keep:

@@ -34,7 +34,7 @@ class DecomposeLinear(ShimkitPass):
 
     @classmethod
     def from_capabilities(cls, capabilities) -> "DecomposeLinear":
-        return cls(keep_addmm=capabilities.has_shim("aten::addmm") or capabilities.generates("aten::addmm"))
+        return cls(keep_addmm=capabilities.keeps("aten::addmm"))
 
     def transform(self, graph: fx.Graph, context: PassContext) -> bool:
         if self.keep_addmm:

@@ -118,8 +118,6 @@ def argument_key(value: Any) -> Any:
         return (tuple(value.shape), tuple(value.stride()), value.storage_offset(), value.dtype,
                 value.device)
     if kind in (list, tuple):
-        if all(type(v) is int for v in value):  # sizes and dims, the common case, keyed in one step
-            return (kind, int, tuple(value))
         return (kind, tuple(argument_key(v) for v in value))
     if kind is dict:
         return (kind, tuple((k, argument_key(v)) for k, v in value.items()))

@@ -69,6 +69,10 @@ class DeviceCapabilities:
         name = canonical_op_name(op)
         return name in self.generated and name not in self.shims and name not in self.decompositions
 
+    def keeps(self, op: Any) -> bool:
+        """Whether ``op`` can reach Inductor as it is: the device has a shim for it or compiles it."""
+        return self.has_shim(op) or self.generates(op)
+
     def shim(self, op: Any) -> Shim | None:
         provision = self.shims.get(canonical_op_name(op))
         return provision.shim if provision else None

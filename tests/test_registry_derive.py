@@ -112,6 +112,7 @@ def test_cuda_derives_executorchs_runtime_kernels_under_both_names():
     # CudaBackend's Triton GEMM templates compile addmm: the addmm plugin's decomposition is for Metal only.
     assert torch.ops.aten.addmm.default not in config.decomposition_table
     assert config.capabilities.generates("aten::addmm") and not config.capabilities.has_shim("aten::addmm")
+    assert config.capabilities.keeps("aten::addmm") and not config.capabilities.keeps("aten::baddbmm")
     assert torch.ops.aten.baddbmm.default in config.decomposition_table
 
 
