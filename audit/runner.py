@@ -274,11 +274,14 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
             _watch_lowering(patches, backend_cls, clock, audit, watch, to_inductor if check_numerics else None)
             audit.supported = frozenset(backend_cls.get_supported_fallback_kernels())
             with clock.phase("to_edge"):
-                if config is not None:  # what a user runs before stock to_edge (README, "Before to_edge")
+                options = {}
+                if config is not None:  # what a user runs around stock to_edge (README, "Before to_edge")
                     exported = config.prepare_for_edge(exported)
+                    options["compile_config"] = config.edge_compile_config()
                 lowered = to_edge_transform_and_lower(
                     exported,
                     partitioner=[partitioner_cls([backend_cls.generate_method_name_compile_spec("forward")])],
+                    **options,
                 )
     except (Exception, SystemExit) as error:  # sys.exit() in a model's forward ends this model only
         if audit.upstream_errors and not target.fake_device:

@@ -90,7 +90,8 @@ def main() -> None:
     if sizes:
         print("\nscaling (the 48-block body chained; warm median; per node):")
     for size in sizes:
-        large = repeated_program(program, max(1, round(size / len(program.graph.nodes))))
+        body = sum(node.op == "call_function" for node in program.graph.nodes)  # what a copy repeats
+        large = repeated_program(program, max(1, round((size - len(program.graph.nodes)) / body) + 1))
         nodes = len(large.graph.nodes)
         for device in args.device or ["mps", "cuda"]:
             runs = [run_shimkit(large, device)[0] for _ in range(args.repeat + 1)]

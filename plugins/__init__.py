@@ -29,6 +29,7 @@ BUILTIN_MODULES = (
     "cdist",
     "linear_cross_entropy",
     "metal_pointwise",
+    "metal_generated",
     "cuda_runtime",
     "core_passes",
 )

@@ -1,5 +1,6 @@
 """Pointwise ops Inductor's Metal code generator has no function for: ``sinh``, ``cosh``, ``asinh``,
-``acosh`` and ``logical_xor``.
+``acosh``, ``logical_xor`` and ``hypot`` (which is not core ATen either, so it is decomposed before
+``to_edge``: ``OpPlugin.pre_edge``).
 
 ``torch._inductor.codegen.mps.MetalOverrides`` (torch 2.13) writes ``metal::precise::tanh`` and
 ``atanh`` but none of these, so Inductor stops in codegen with a bare ``NotImplementedError`` (found by
@@ -11,7 +12,8 @@ Numerics follow ATen's: half and bfloat16 are computed in float32 and rounded on
 ``±inf`` and ``±0.0`` come out as ATen's; and the forms avoid the textbook ones' failures: no
 cancellation near zero (``sinh`` through ``expm1``, ``asinh``/``acosh`` through ``log1p``), no overflow
 before the result overflows (``e**|x| / 2`` as ``h * (h / 2)`` with ``h = e**(|x| / 2)``; ``log(2|x|)``
-for huge arguments instead of squaring them).
+for huge arguments instead of squaring them; ``hypot`` scaled by its larger side, inf wherever a side is
+infinite, NaN or not).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ COSH = "aten::cosh.default"
 ASINH = "aten::asinh.default"
 ACOSH = "aten::acosh.default"
 LOGICAL_XOR = "aten::logical_xor.default"
+HYPOT = "aten::hypot.default"
 
 _LN2 = math.log(2.0)
 # Past this, e**-|x| is below float32's resolution of e**|x| and the large-argument forms are exact.
@@ -88,6 +91,18 @@ def acosh_decomposition(self: torch.Tensor) -> torch.Tensor:
     return value.to(_result_dtype(self))
 
 
+def hypot_decomposition(self: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    dtype = torch.promote_types(self.dtype, other.dtype)
+    a, b = _in_float32(self.to(dtype)).abs(), _in_float32(other.to(dtype)).abs()
+    larger, smaller = torch.maximum(a, b), torch.minimum(a, b)  # NaN in either gives NaN in both
+    ratio = smaller / larger
+    # Scaled by the larger side, so nothing squares past float32's range before the result does.
+    value = torch.where(larger == 0, larger, larger * torch.sqrt(1.0 + ratio * ratio))
+    # IEEE and ATen: an infinite side gives inf, even when the other is NaN.
+    value = torch.where(torch.isinf(a) | torch.isinf(b), torch.full_like(value, math.inf), value)
+    return value.to(_result_dtype(torch.empty((), dtype=dtype)))
+
+
 def logical_xor_decomposition(self: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     return torch.ne(self, 0) != torch.ne(other, 0)
 
@@ -108,6 +123,23 @@ def pointwise_inputs():
             lambda v: (torch.tensor(v, dtype=torch.float32).reshape(shape),))
 
     return shapes.flatmap(tensor)
+
+
+def hypot_inputs():
+    """Two broadcasting float32 tensors from :func:`pointwise_inputs`' ranges and huge values whose
+    squares overflow float32."""
+    from hypothesis import strategies as st
+
+    specials = st.sampled_from([0.0, -0.0, math.inf, -math.inf, math.nan, 3e30, -2e38, 1e-30, 1e-40])
+    values = st.one_of(st.floats(-30, 30, width=32), st.floats(width=32), specials)
+    shapes = st.sampled_from([((3,), (3,)), ((2, 3), (3,)), ((0,), (1,)), ((), (4,)), ((), ())])
+
+    def tensor(shape: tuple[int, ...]):
+        count = math.prod(shape)
+        return st.lists(values, min_size=count, max_size=count).map(
+            lambda v: torch.tensor(v, dtype=torch.float32).reshape(shape))
+
+    return shapes.flatmap(lambda pair: st.tuples(tensor(pair[0]), tensor(pair[1])))
 
 
 def logical_xor_inputs():
@@ -134,13 +166,16 @@ def logical_xor_inputs():
 def shimkit_op_plugins():
     yield OpPlugin(
         name="metal-pointwise",
-        ops=(SINH, COSH, ASINH, ACOSH, LOGICAL_XOR),
+        ops=(SINH, COSH, ASINH, ACOSH, LOGICAL_XOR, HYPOT),
         decompositions={SINH: sinh_decomposition, COSH: cosh_decomposition, ASINH: asinh_decomposition,
-                        ACOSH: acosh_decomposition, LOGICAL_XOR: logical_xor_decomposition},
+                        ACOSH: acosh_decomposition, LOGICAL_XOR: logical_xor_decomposition,
+                        HYPOT: hypot_decomposition},
         references={SINH: torch.sinh, COSH: torch.cosh, ASINH: torch.asinh, ACOSH: torch.acosh,
-                    LOGICAL_XOR: torch.logical_xor},
+                    LOGICAL_XOR: torch.logical_xor, HYPOT: torch.hypot},
         input_strategies={SINH: pointwise_inputs, COSH: pointwise_inputs, ASINH: pointwise_inputs,
-                          ACOSH: pointwise_inputs, LOGICAL_XOR: logical_xor_inputs},
+                          ACOSH: pointwise_inputs, LOGICAL_XOR: logical_xor_inputs, HYPOT: hypot_inputs},
+        # hypot is not core ATen either: stock stops it in to_edge, so it is decomposed before.
+        pre_edge=(HYPOT,),
         decomposition_devices=("mps",),
-        doc="sinh, cosh, asinh, acosh and logical_xor in functions Inductor's Metal codegen has.",
+        doc="sinh, cosh, asinh, acosh, logical_xor and hypot in functions Inductor's Metal codegen has.",
     )

@@ -61,10 +61,10 @@ class DeviceCapabilities:
         return canonical_op_name(op) in self.shims
 
     def generates(self, op: Any) -> bool:
-        """Whether the device's code generator compiles ``op`` itself: a plugin decomposes it, but limits
-        that decomposition to other devices (``OpPlugin.decomposition_devices``), and nothing here
-        provides a shim or decomposition. CUDA's Triton GEMM templates compile ``addmm``, say, where
-        Metal calls an ``addmm`` kernel.
+        """Whether the device's code generator compiles ``op`` itself, and nothing here provides a shim or
+        decomposition for it: a plugin says so (``OpPlugin.generated_on``), or decomposes the op but
+        limits that decomposition to other devices (``OpPlugin.decomposition_devices``). CUDA's Triton
+        GEMM templates compile ``addmm``, say, where Metal calls an ``addmm`` kernel.
         """
         name = canonical_op_name(op)
         return name in self.generated and name not in self.shims and name not in self.decompositions
@@ -94,7 +94,8 @@ class BackendConfig:
     maps ``OpOverload`` to decomposition (ops without a shim here), ``custom_c_shims`` is the value for
     ``aot_inductor.custom_ops_to_c_shims``, ``passes`` are the graph passes in order and
     ``post_grad_passes`` the Inductor-side ones, ``kernel_sources`` the files a runtime build compiles,
-    ``pre_edge_decomposition_table`` the decompositions :meth:`prepare_for_edge` applies before ``to_edge``.
+    ``pre_edge_decomposition_table`` the decompositions :meth:`prepare_for_edge` applies before ``to_edge``,
+    ``edge_exceptions`` the ops :meth:`edge_compile_config` lets through the edge verifier.
     """
 
     device: str
@@ -112,6 +113,24 @@ class BackendConfig:
     msl_shims: tuple[Shim, ...] = field(default=())
     pre_edge_decomposition_table: Mapping[torch._ops.OpOverload, Callable[..., Any]] = field(
         default_factory=lambda: MappingProxyType({}))
+    edge_exceptions: tuple[torch._ops.OpOverload, ...] = ()
+
+    def edge_compile_config(self, **options: Any) -> Any:
+        """The ``EdgeCompileConfig`` for stock ``to_edge_transform_and_lower`` that lets through the ops
+        this device's code generator compiles although they are not core ATen (``edge_exceptions``, from
+        ``OpPlugin.generated_on``; ``torch.special.bessel_j0``: Inductor's Metal code has it, the edge
+        verifier would stop it). ``options`` are passed on; an exception list given there is extended.
+
+        >>> config = backend_config("mps")                                   # doctest: +SKIP
+        >>> to_edge_transform_and_lower(config.prepare_for_edge(exported), partitioner=[...],
+        ...                             compile_config=config.edge_compile_config())
+        """
+        from executorch.exir import EdgeCompileConfig
+
+        given = list(options.pop("_core_aten_ops_exception_list", ()))
+        return EdgeCompileConfig(
+            _core_aten_ops_exception_list=given + [op for op in self.edge_exceptions if op not in given],
+            **options)
 
     def prepare_for_edge(self, exported: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
         """``exported`` with the plugins' pre-edge decompositions applied (``OpPlugin.pre_edge``: ops the
@@ -312,12 +331,14 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
     decomposition_candidates: dict[str, list[Provision]] = {}
     eliminations: dict[str, Provision] = {}
     generated: set[str] = set()
+    declared_generated: set[str] = set()
     for entry in plugins:
         plugin = entry.record
         for shim in plugin.shims_for(device):
             shim_candidates.setdefault(shim.op, []).append(Provision(shim.op, plugin.name, entry.source, shim=shim))
         if not plugin.decomposes_on(device):
             generated.update(plugin.decompositions)
+        declared_generated.update(plugin.generated_ops_on(device))
         for op, fn in plugin.decompositions.items() if plugin.decomposes_on(device) else ():
             decomposition_candidates.setdefault(op, []).append(
                 Provision(op, plugin.name, entry.source, decomposition=fn, pre_edge=op in plugin.pre_edge))
@@ -354,7 +375,7 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
 
     capabilities = DeviceCapabilities(
         device, MappingProxyType(shims), MappingProxyType(decompositions), MappingProxyType(eliminations),
-        frozenset(generated))
+        frozenset(generated | declared_generated))
 
     # Tables keyed by OpOverload leave out ops no loaded library defines: they cannot be in a graph.
     decomposition_table = {}
@@ -382,6 +403,11 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
         built[spec.stage].append((spec.name, spec.factory(capabilities)))
 
     sources = _runtime_sources(_shim(p).kernel for p in shims.values())
+    # Only ops a plugin vouches for: an op whose decomposition is merely limited to other devices is left
+    # to the edge verifier as stock leaves it.
+    edge_exceptions = tuple(sorted(
+        (overload for overload in map(try_resolve_op, declared_generated) if overload is not None
+         and capabilities.generates(overload) and torch.Tag.core not in overload.tags), key=str))
     return BackendConfig(
         device=device,
         capabilities=capabilities,
@@ -397,4 +423,5 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
         msl_shims=tuple(shim for shim in map(_shim, shims.values()) if _declares_msl(shim)),
         kernel_providers=MappingProxyType(kernel_providers),
         shadowed=tuple(shadowed),
+        edge_exceptions=edge_exceptions,
     )

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from shimkit.registry.errors import InvalidPluginRecord, UnknownOpError
 from shimkit.registry.ops import canonical_op_name
@@ -40,15 +40,28 @@ def _op(record: str, name: str, op: Any) -> str:
         raise InvalidPluginRecord(f"{record} {name!r}: {error}") from None
 
 
-def _op_mapping(record: str, name: str, label: str, value: Mapping[Any, Any]) -> Mapping[str, Any]:
+def _op_mapping(record: str, name: str, label: str, value: Mapping[Any, Any],
+                callable_values: bool = True) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         _fail(record, name, f"{label} must be a mapping from op to value, got {type(value).__name__}")
     out = {}
     for op, item in value.items():
-        if not callable(item) and label != "eliminated_by":
+        if callable_values and not callable(item):
             _fail(record, name, f"{label}[{op!r}] must be callable, got {type(item).__name__}")
         out[_op(record, name, op)] = item
     return MappingProxyType(out)
+
+
+def _devices(record: str, name: str, label: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, (str, bytes)):
+        _fail(record, name, f"{label} must be a sequence of devices, not one string")
+    if not isinstance(value, Iterable):
+        _fail(record, name, f"{label} must be a sequence of devices, got {type(value).__name__}")
+    devices = tuple(value)
+    for device in devices:
+        if device not in DEVICES:
+            _fail(record, name, f"{label}: device must be one of {DEVICES}, got {device!r}")
+    return devices
 
 
 def _check_path_text(record: str, label: str, what: str, text: str) -> None:
@@ -309,8 +322,11 @@ class OpPlugin:
     """What one plugin knows about a family of ops.
 
     Every op in ``ops`` must be handled somehow: by a ``Shim`` on some device, by a decomposition
-    (applied on devices that have no shim for the op), or by a pass named in ``eliminated_by`` that
-    removes the op before Inductor sees it. ``references`` (eager implementations) and
+    (applied on devices that have no shim for the op), by a pass named in ``eliminated_by`` that
+    removes the op before Inductor sees it, or by Inductor itself: ``generated_on`` maps an op to the
+    devices whose code generator compiles it (``aten::special_bessel_j0``: Inductor's Metal code calls
+    ``c10::metal::bessel_j0_forward``). Such an op that is not core ATen is let through the edge
+    verifier (``BackendConfig.edge_compile_config()``), which otherwise stops it before any backend. ``references`` (eager implementations) and
     ``input_strategies`` (callables returning hypothesis strategies of argument tuples, or of
     :class:`OpCall`\ s for ops with keyword-only arguments) feed the tests.
     ``priority`` settles a clash over the same (op, device): the higher one wins; equal priorities are a
@@ -342,20 +358,15 @@ class OpPlugin:
     doc: str = ""
     pre_edge: tuple[str, ...] = ()
     decomposition_devices: tuple[str, ...] | None = None
+    generated_on: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         name = self.name
         if not isinstance(name, str) or not _PLUGIN_NAME.match(name):
             _fail("OpPlugin", str(name), "name must match [a-z0-9][a-z0-9_.-]*")
         if self.decomposition_devices is not None:
-            if isinstance(self.decomposition_devices, (str, bytes)):
-                _fail("OpPlugin", name, "decomposition_devices must be a sequence of devices, not one string")
-            devices = tuple(self.decomposition_devices)
-            for device in devices:
-                if device not in DEVICES:
-                    _fail("OpPlugin", name, f"decomposition_devices: device must be one of {DEVICES}, "
-                          f"got {device!r}")
-            object.__setattr__(self, "decomposition_devices", devices)
+            object.__setattr__(self, "decomposition_devices",
+                               _devices("OpPlugin", name, "decomposition_devices", self.decomposition_devices))
         if isinstance(self.ops, (str, bytes)) or not self.ops:
             _fail("OpPlugin", name, "ops must be a non-empty sequence of operators")
         ops = tuple(dict.fromkeys(_op("OpPlugin", name, op) for op in self.ops))
@@ -368,7 +379,8 @@ class OpPlugin:
                 _fail("OpPlugin", name, f"shim {shim.symbol} is for {shim.op}, which is not in ops")
         object.__setattr__(self, "shims", shims)
         for label in ("decompositions", "references", "input_strategies", "eliminated_by"):
-            mapping = _op_mapping("OpPlugin", name, label, getattr(self, label))
+            mapping = _op_mapping("OpPlugin", name, label, getattr(self, label),
+                                  callable_values=label != "eliminated_by")
             stray = sorted(set(mapping) - set(ops))
             if stray:
                 _fail("OpPlugin", name, f"{label} names ops not in ops: {', '.join(stray)}")
@@ -376,10 +388,21 @@ class OpPlugin:
         for op, pass_name in self.eliminated_by.items():
             if not isinstance(pass_name, str) or not pass_name:
                 _fail("OpPlugin", name, f"eliminated_by[{op}] must name a pass")
-        handled = {s.op for s in shims} | set(self.decompositions) | set(self.eliminated_by)
+        generated_on = {}
+        for op, op_devices in _op_mapping("OpPlugin", name, "generated_on", self.generated_on,
+                                          callable_values=False).items():
+            if op not in ops:
+                _fail("OpPlugin", name, f"generated_on names an op not in ops: {op}")
+            generated_on[op] = _devices("OpPlugin", name, f"generated_on[{op}]", op_devices)
+            if not generated_on[op]:
+                _fail("OpPlugin", name, f"generated_on[{op}] names no device")
+        object.__setattr__(self, "generated_on", MappingProxyType(generated_on))
+        handled = ({s.op for s in shims} | set(self.decompositions) | set(self.eliminated_by)
+                   | set(generated_on))
         unhandled = [op for op in ops if op not in handled]
         if unhandled:
-            _fail("OpPlugin", name, f"no shim, decomposition or eliminating pass for {', '.join(unhandled)}")
+            _fail("OpPlugin", name, f"no shim, decomposition, eliminating pass or generated_on device for "
+                  f"{', '.join(unhandled)}")
         if not isinstance(self.priority, int):
             _fail("OpPlugin", name, "priority must be an int")
         if isinstance(self.pre_edge, (str, bytes)):
@@ -392,6 +415,10 @@ class OpPlugin:
 
     def shims_for(self, device: str) -> tuple[Shim, ...]:
         return tuple(s for s in self.shims if s.device == device)
+
+    def generated_ops_on(self, device: str) -> tuple[str, ...]:
+        """The ops this plugin says ``device``'s code generator compiles (``generated_on``)."""
+        return tuple(op for op, devices in self.generated_on.items() if device in devices)
 
     def decomposes_on(self, device: str) -> bool:
         """Whether this plugin's decompositions apply on ``device`` (where it has no shim)."""
@@ -435,10 +462,7 @@ class PassSpec:
         if self.stage not in STAGES:
             _fail("PassSpec", name, f"stage must be one of {STAGES}, got {self.stage!r}")
         if self.devices is not None:
-            object.__setattr__(self, "devices", tuple(self.devices))
-            for device in self.devices:
-                if device not in DEVICES:
-                    _fail("PassSpec", name, f"device must be one of {DEVICES}, got {device!r}")
+            object.__setattr__(self, "devices", _devices("PassSpec", name, "devices", self.devices))
         for label in ("after", "before"):
             value = getattr(self, label)
             if isinstance(value, str):

@@ -38,6 +38,7 @@ def plugins_report(registry) -> dict[str, Any]:
                       for s in plugin.shims],
             "decompositions": sorted(plugin.decompositions),
             "eliminated_by": dict(plugin.eliminated_by),
+            "generated_on": {op: list(devices) for op, devices in plugin.generated_on.items()},
             "doc": plugin.doc,
         })
     passes = [{"name": e.record.name, "source": _source_json(e.source), "blocked": e.blocked,
@@ -64,6 +65,9 @@ def _print_plugins(report: dict[str, Any]) -> None:
         how += [f"decomposes {op.split('::')[1]}" for op in p["decompositions"]]
         if p["eliminated_by"]:
             how.append(f"removed by {', '.join(sorted(set(p['eliminated_by'].values())))}")
+        generated = sorted({device for devices in p["generated_on"].values() for device in devices})
+        if generated:
+            how.append(f"{len(p['generated_on'])} ops compiled by Inductor on {', '.join(generated)}")
         source = p["source"]["name"] if p["source"]["kind"] == "builtin" else \
             f"{p['source']['kind']}:{p['source']['name']}"
         ops = p["ops"][0].split("::")[1] + (f" +{len(p['ops']) - 1}" if len(p["ops"]) > 1 else "")

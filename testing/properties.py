@@ -373,6 +373,28 @@ def _cast_floats_to(dtype_name: str) -> Callable[[tuple], tuple]:
                               for a in args)
 
 
+def inductor_metal(function: Callable) -> Callable:
+    """``function`` as Inductor's Metal code generator compiles it, run on the CPU through
+    :mod:`shimkit.metal` (:func:`~shimkit.metal.inductor.inductor_metal_on_cpu`): what a Mac would compute
+    for an op a plugin declares ``generated_on`` Metal. Raises :class:`PropertyFailure` where Inductor
+    wrote no Metal kernel for a call with elements (it fell back to ATen, so nothing would be checked).
+    """
+    def generated(*args: Any, **kwargs: Any) -> Any:
+        from shimkit.metal.inductor import inductor_metal_on_cpu
+
+        call = _OpCall(function, args, kwargs)
+        with inductor_metal_on_cpu() as sources:
+            result = torch.compile(call, fullgraph=True, dynamic=False)(*call.tensors())
+        if not sources and any(t.numel() for t in torch.utils._pytree.tree_leaves(result)
+                                if isinstance(t, torch.Tensor)):
+            raise PropertyFailure(f"Inductor wrote no Metal kernel for {getattr(function, '__name__', function)}: "
+                                  f"it fell back to ATen")
+        return result
+
+    generated.__qualname__ = f"Inductor's Metal code for {getattr(function, '__name__', function)}"
+    return generated
+
+
 def assert_plugin_matches_reference(plugin: str | OpPlugin, *, kernels: Mapping[Any, Callable] | None = None,
                                     registry=None, rtol: float | None = None, atol: float | None = None,
                                     settings=None, dynamic: bool = True) -> None:
@@ -384,7 +406,9 @@ def assert_plugin_matches_reference(plugin: str | OpPlugin, *, kernels: Mapping[
 
     Every MSL kernel a shim of the plugin ships (``Kernel(msl=MslKernel(...))``) is run through
     ``shimkit.metal`` in each of its dtypes, on the same inputs cast to that dtype, against the reference
-    on those inputs: a plugin's Metal kernel is checked on Linux with no code of its own.
+    on those inputs: a plugin's Metal kernel is checked on Linux with no code of its own. An op the
+    plugin declares ``generated_on`` Metal is checked the same way through the Metal code Inductor
+    writes for it (:func:`inductor_metal`).
 
     Runs hypothesis itself under the loaded profile (or ``settings``): one line in a test.
     """
@@ -403,6 +427,8 @@ def assert_plugin_matches_reference(plugin: str | OpPlugin, *, kernels: Mapping[
         implementations = [("decomposition", record.decompositions[op])] if op in record.decompositions else []
         if op in kernels:
             implementations.append(("kernel", kernels[op]))
+        if "mps" in record.generated_on.get(op, ()) and reference is not None:
+            implementations.append(("generated Metal code", inductor_metal(reference)))
         if not implementations:
             continue
         if reference is None:
@@ -426,7 +452,7 @@ def assert_plugin_matches_reference(plugin: str | OpPlugin, *, kernels: Mapping[
                            msl_kernel(shim.kernel, dtype), reference,
                            factory().map(as_call).map(lambda call, cast=cast: (cast(call[0]), call[1]))))
     if not checks:
-        raise ValueError(f"plugin {record.name!r} has neither decompositions nor kernels to check")
+        raise ValueError(f"plugin {record.name!r} has neither decompositions, kernels nor generated ops to check")
 
     def arguments_with(check_case):
         return check_case[3].map(lambda call: (check_case, call))

@@ -13,7 +13,7 @@ from hypothesis import settings
 import shimkit.plugins.metal_pointwise as metal_pointwise
 from shimkit.audit.report import to_json
 from shimkit.audit.runner import run_audit
-from shimkit.backend import new_registry
+from shimkit.backend import backend_config, new_registry
 from shimkit.testing import assert_plugin_matches_reference
 
 CLEAN_ENV = {"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -88,3 +88,23 @@ def test_a_model_stock_cannot_generate_lowers_clean_with_the_right_numbers(tmp_p
     assert "NotImplementedError" in stock["failure"]["message"]
     shimkit = to_json(run_audit([f"{path}:model"], check_numerics=True))["models"][0]
     assert shimkit["status"] == "clean" and shimkit["numerics"]["ok"]
+
+
+def test_hypot_scales_where_the_textbook_form_overflows_and_is_decomposed_before_to_edge():
+    a = torch.tensor([3e30, -2e38, 1e-30, math.inf, math.nan, 0.0, 5.0])
+    b = torch.tensor([4e30, 1e38, 1e-30, math.nan, -math.inf, -0.0, math.nan])
+    _same(metal_pointwise.hypot_decomposition(a, b), torch.hypot(a, b), rtol=4 * float(torch.finfo(torch.float32).eps))
+    with pytest.raises(AssertionError):  # squares overflow (and underflow) before the result does
+        _same(torch.sqrt(a * a + b * b), torch.hypot(a, b), rtol=4 * float(torch.finfo(torch.float32).eps))
+    half = a.nan_to_num(posinf=6e4).clamp(-6e4, 6e4).half()
+    assert metal_pointwise.hypot_decomposition(half, half).dtype == torch.float16
+
+    class Hypot(torch.nn.Module):
+        def forward(self, x, y):
+            return torch.hypot(x, y)
+
+    config = backend_config("mps")
+    assert torch.ops.aten.hypot.default in config.pre_edge_decomposition_table
+    prepared = config.prepare_for_edge(torch.export.export(Hypot(), (a, b)))
+    assert torch.ops.aten.hypot.default not in {n.target for n in prepared.graph.nodes}
+    _same(prepared.module()(a, b), torch.hypot(a, b), rtol=4 * float(torch.finfo(torch.float32).eps))

@@ -35,7 +35,7 @@ def test_addmv_decomposition_on_opinfo_samples(dtype):
 
 POINTWISE = {"sinh": metal_pointwise.sinh_decomposition, "cosh": metal_pointwise.cosh_decomposition,
              "asinh": metal_pointwise.asinh_decomposition, "acosh": metal_pointwise.acosh_decomposition,
-             "logical_xor": metal_pointwise.logical_xor_decomposition}
+             "logical_xor": metal_pointwise.logical_xor_decomposition, "hypot": metal_pointwise.hypot_decomposition}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
