@@ -1,16 +1,17 @@
-"""``aten::_trilinear`` (behind ``torch.nn.functional.bilinear`` and ``nn.Bilinear``) as one ``einsum``.
+"""``aten::_trilinear`` (behind ``torch.nn.functional.bilinear`` and ``nn.Bilinear``) as ``einsum``\ s.
 
 ``F.bilinear(x1, x2, W, b)`` expands to ``_trilinear(x1, W, x2, ...)``, a sum of products of three
 tensors whose dims are placed by ``expand1..3`` and summed over ``sumdim``. Inductor has no lowering for
 it and falls back to ``at::_ops::_trilinear::call``, which ExecuTorch's Metal runtime lacks (found by the
-OpInfo sweep, docs/coverage.md). The same contraction written as an ``einsum`` equation (one letter per
+OpInfo sweep, docs/coverage.md). The same contraction written as ``einsum`` equations (one letter per
 dim of the expanded space, the summed ones left out of the output) becomes ``bmm``/``mm``, which the
 runtime has, plus the elementwise ops Inductor generates.
 
-Numerics: a contraction like ATen's (it also reaches ``bmm`` through ``sumproduct_pair``), in the
-pairwise order ``einsum`` picks, so results agree to rounding; half and bfloat16 follow the matmul
-kernels' float32 accumulation. ``unroll_dim`` only chooses ATen's loop order and does not change the
-result.
+Numerics: ATen's contraction, pair by pair in ATen's order (``i1`` with ``i2`` summing the dims ``i3``
+lacks, then with ``i3``, then a summed ``unroll_dim``; each pair reaches ``bmm`` through
+``sumproduct_pair`` as ATen's does), so results agree to rounding and a ``0 * inf`` becomes NaN where
+ATen's does: that order, which ``unroll_dim`` changes, decides it. Half and bfloat16 follow the matmul
+kernels' float32 accumulation.
 """
 
 from __future__ import annotations
@@ -63,9 +64,20 @@ def trilinear_decomposition(i1: torch.Tensor, i2: torch.Tensor, i3: torch.Tensor
             raise ValueError(f"_trilinear: {name} has {tensor.dim()} dims and expands {len(expand)}, but the "
                              f"expanded space has {total}")
     _check_aligned_sizes(total, (i1, expand1), (i2, expand2), (i3, expand3))
+    # ATen's grouping, which decides where 0 * inf becomes NaN: summed dims i3 lacks go with i1 * i2, the
+    # others with i3, and a summed unroll_dim last.
+    unroll = unroll_dim % total if total else unroll_dim
+    first = [d for d in sumdim if d in expand3 and d != unroll]
+    second = [d for d in sumdim if d not in expand3 and d != unroll]
+    operands = _letters(total, expand1), _letters(total, expand2), _letters(total, expand3)
+    pair = "".join(c for c in string.ascii_letters[:total] if c in operands[0] + operands[1]
+                   and string.ascii_letters.index(c) not in first)
+    kept = "".join(c for c in string.ascii_letters[:total] if c in pair + operands[2]
+                   and string.ascii_letters.index(c) not in first + second)
+    result = torch.einsum(f"{operands[0]},{operands[1]}->{pair}", i1, i2)
+    result = torch.einsum(f"{pair},{operands[2]}->{kept}", result, i3)
     output = "".join(string.ascii_letters[d] for d in range(total) if d not in sumdim)
-    equation = f"{_letters(total, expand1)},{_letters(total, expand2)},{_letters(total, expand3)}->{output}"
-    result = torch.einsum(equation, i1, i2, i3)
+    result = torch.einsum(f"{kept}->{output}", result)
     if any(isinstance(size, int) and size == 0 for t in (i1, i2, i3) for size in t.shape):
         # A sum over no terms is 0 in ATen, even where another operand is NaN or inf.
         return torch.zeros_like(result)
@@ -118,5 +130,5 @@ def shimkit_op_plugins():
         references={TRILINEAR: _trilinear_reference, BILINEAR: torch.ops.aten.bilinear.default},
         input_strategies={TRILINEAR: bilinear_calls, BILINEAR: bilinear_layer_calls},
         decomposition_devices=("mps",),
-        doc="_trilinear (nn.Bilinear) as one einsum, which becomes bmm and elementwise ops.",
+        doc="_trilinear (nn.Bilinear) as einsums in ATen's order, which become bmm and elementwise ops.",
     )
