@@ -326,9 +326,10 @@ class OpPlugin:
     removes the op before Inductor sees it, or by Inductor itself: ``generated_on`` maps an op to the
     devices whose code generator compiles it (``aten::special_bessel_j0``: Inductor's Metal code calls
     ``c10::metal::bessel_j0_forward``). Such an op that is not core ATen is let through the edge
-    verifier (``BackendConfig.edge_compile_config()``), which otherwise stops it before any backend. ``references`` (eager implementations) and
-    ``input_strategies`` (callables returning hypothesis strategies of argument tuples, or of
-    :class:`OpCall`\ s for ops with keyword-only arguments) feed the tests.
+    verifier (``BackendConfig.edge_compile_config()``), which otherwise stops it before any backend.
+    ``references`` (eager implementations) and ``input_strategies`` (callables returning hypothesis
+    strategies of argument tuples, or of :class:`OpCall`\ s for ops with keyword-only arguments) feed
+    the tests.
     ``priority`` settles a clash over the same (op, device): the higher one wins; equal priorities are a
     :class:`~shimkit.registry.errors.PluginConflictError`. ``pre_edge`` lists ops whose decomposition must
     run on the exported program *before* ``to_edge``, because the edge dialect rejects them outright
