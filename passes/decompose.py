@@ -272,6 +272,8 @@ class DecomposeInPlace(ShimkitPass):
         results = template.results
         if isinstance(results, fx.Node):
             return {results: node}
+        if results is None and not node.users:  # an op run for its effect (an error check) returns nothing
+            return {}
         if not isinstance(results, (list, tuple)):
             raise PassError(self.pass_name, node, f"the decomposition returned {type(results).__name__}, "
                             f"not a tensor or a tuple of tensors")

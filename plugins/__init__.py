@@ -30,6 +30,7 @@ BUILTIN_MODULES = (
     "linear_cross_entropy",
     "metal_pointwise",
     "metal_generated",
+    "linalg",
     "cuda_runtime",
     "core_passes",
 )

@@ -237,6 +237,10 @@ def _compare(label: str, actual: Any, expected: Any, rtol, atol) -> None:
         for index, (a, e) in enumerate(zip(actual, expected)):
             _compare(f"{label}, result {index}", a, e, rtol, atol)
         return
+    if expected is None or actual is None:
+        if actual is not expected:
+            raise PropertyFailure(f"{label}: got {actual!r} where the reference gives {expected!r}")
+        return
     difference = _difference(actual, expected, rtol, atol)
     if difference:
         raise PropertyFailure(f"{label}: {difference}")

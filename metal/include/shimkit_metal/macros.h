@@ -14,6 +14,8 @@
 #define MAXFLOAT 3.402823466e+38f
 #define MAXHALF 65504.0f
 #define FLT_MAX 3.402823466e+38f
+#define FLT_MIN 0x1.0p-126f
+#define FLT_EPSILON 0x1.0p-23f
 #define HUGE_VALF __builtin_huge_valf()
 
 #ifndef NAN

@@ -1,0 +1,523 @@
+"""Dense linear algebra on mps: LU (with partial pivoting) and Cholesky factorizations, solves from them,
+and ATen's info checks, shipped as MSL kernels behind c-shims for ops of shimkit's own.
+
+``torch.linalg.{det, slogdet, inv, solve, cholesky, lu_factor}``, ``torch.logdet``, ``torch.lu``,
+``torch.lu_solve`` and ``torch.linalg.tensor{inv,solve}`` reach Inductor as ``aten::_linalg_det``,
+``_linalg_slogdet``, ``linalg_inv_ex``, ``_linalg_solve_ex``, ``linalg_cholesky_ex``,
+``linalg_lu_factor_ex``, ``linalg_lu_solve`` and ``_linalg_check_errors``. None has a c-shim (torchgen
+leaves them to the proxy executor, which the libtorch-free runtime lacks), so no plugin can provide them
+under their own names. They are decomposed instead into three factorization/solve ops of the
+``shimkit`` namespace, which do have c-shims (``aot_inductor.custom_ops_to_c_shims``, derived from the
+shims' prototypes), plus the elementwise arithmetic Inductor writes Metal code for:
+
+- ``shimkit::lu_factor(A) -> (LU, pivots, info)``: LAPACK ``getrf``'s answer (row-major ``LU``; ``pivots``
+  1-based, int32; ``info`` the first zero pivot, 1-based, else 0), rectangular and batched;
+- ``shimkit::lu_solve(LU, pivots, B, adjoint) -> X``: ``A X = B`` (or ``A^T X = B``) from that factorization;
+- ``shimkit::cholesky(A) -> (L, info)``: LAPACK ``potrf``'s lower factor of the lower triangle, upper
+  triangle zero, ``info`` the order of the first leading minor that is not positive definite;
+- ``shimkit::linalg_check_errors(info, api_name, is_matrix)``: ATen's error for a nonzero ``info``.
+
+The kernels (``kernel/*.metal``, one thread per matrix or per right-hand side: the small, batched matrices
+models carry) run on Linux through ``shimkit.metal`` against ``torch.linalg``; ``kernel/linalg_shim_mps.mm``
+dispatches them on ExecuTorch's Metal runtime (not compiled or run here: no Mac). Only float32, like
+PyTorch's own mps linear algebra. On the CPU the ops are ``torch.linalg`` itself, so each decomposition is
+checked against ATen with the kernels' reference semantics, and each kernel against that reference.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import Tensor
+from torch._prims_common import is_contiguous_or_false
+from torch.fx.experimental.symbolic_shapes import statically_known_false, statically_known_true, sym_eq
+
+from shimkit.registry import (DecompositionDeclined, Kernel, MslKernel, OpCall, OpPlugin, Shim, hookimpl,
+                              through_aten_composite)
+
+KERNEL_DIR = Path(__file__).resolve().parent / "kernel"
+
+LU_FACTOR = "shimkit::lu_factor"
+LU_SOLVE = "shimkit::lu_solve"
+CHOLESKY = "shimkit::cholesky"
+CHECK_ERRORS = "shimkit::linalg_check_errors"
+
+ATEN_LU_FACTOR = "aten::linalg_lu_factor_ex.default"
+ATEN_LU_SOLVE = "aten::linalg_lu_solve.default"
+ATEN_SOLVE = "aten::_linalg_solve_ex.default"
+ATEN_INV = "aten::linalg_inv_ex.default"
+ATEN_DET = "aten::_linalg_det.default"
+ATEN_SLOGDET = "aten::_linalg_slogdet.default"
+ATEN_CHOLESKY = "aten::linalg_cholesky_ex.default"
+ATEN_CHECK_ERRORS = "aten::_linalg_check_errors.default"
+
+
+def _batch(A: Tensor) -> tuple[int, ...]:
+    return tuple(A.shape[:-2])
+
+
+@torch.library.custom_op(LU_FACTOR, mutates_args=())
+def lu_factor(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    LU, pivots, info = torch.linalg.lu_factor_ex(A)
+    return LU.contiguous(), pivots.contiguous(), info.contiguous()
+
+
+@lu_factor.register_fake
+def _lu_factor_fake(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    k = torch.sym_min(A.shape[-2], A.shape[-1])
+    return (A.new_empty(A.shape), A.new_empty((*_batch(A), k), dtype=torch.int32),
+            A.new_empty(_batch(A), dtype=torch.int32))
+
+
+@torch.library.custom_op(LU_SOLVE, mutates_args=())
+def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, adjoint: bool) -> Tensor:
+    return torch.linalg.lu_solve(LU, pivots, B, adjoint=adjoint).contiguous()
+
+
+@lu_solve.register_fake
+def _lu_solve_fake(LU: Tensor, pivots: Tensor, B: Tensor, adjoint: bool) -> Tensor:
+    return B.new_empty(B.shape)
+
+
+@torch.library.custom_op(CHOLESKY, mutates_args=())
+def cholesky(A: Tensor) -> tuple[Tensor, Tensor]:
+    L, info = torch.linalg.cholesky_ex(A)
+    return L.contiguous(), info.contiguous()
+
+
+@cholesky.register_fake
+def _cholesky_fake(A: Tensor) -> tuple[Tensor, Tensor]:
+    return A.new_empty(A.shape), A.new_empty(_batch(A), dtype=torch.int32)
+
+
+@torch.library.custom_op(CHECK_ERRORS, mutates_args=())
+def linalg_check_errors(info: Tensor, api_name: str, is_matrix: bool) -> None:
+    torch._linalg_check_errors(info, api_name, is_matrix=is_matrix)
+
+
+@linalg_check_errors.register_fake
+def _linalg_check_errors_fake(info: Tensor, api_name: str, is_matrix: bool) -> None:
+    return None
+
+
+# Its only effect is the error: dead-code elimination must keep it although nothing uses its result.
+torch.fx.node.has_side_effect(torch.ops.shimkit.linalg_check_errors.default)
+
+
+def _known_equal(a, b) -> bool:
+    """``a == b`` for sizes, without a guard: under symbolic sizes the exported program has already
+    unified (or told apart) the sizes ATen's own shape check compared, so the answer is known or the call
+    is declined."""
+    if statically_known_true(sym_eq(tuple(a), tuple(b))):
+        return True
+    if statically_known_false(sym_eq(tuple(a), tuple(b))):
+        return False
+    raise DecompositionDeclined(f"cannot tell without a guard whether sizes {tuple(a)} and {tuple(b)} are equal")
+
+
+def _permutation_sign(pivots: Tensor) -> Tensor:
+    """(-1) ** (the number of rows ``pivots`` swapped), as ATen's ``lu_det_P``."""
+    k = pivots.shape[-1]
+    swaps = (pivots != torch.arange(1, k + 1, dtype=pivots.dtype, device=pivots.device)).sum(-1)
+    return 1 - 2 * (swaps % 2)
+
+
+def lu_factor_ex_decomposition(A, *, pivot=True, check_errors=False):
+    if not pivot:
+        raise DecompositionDeclined("only LU with partial pivoting (pivot=True) has a Metal kernel")
+    LU, pivots, info = torch.ops.shimkit.lu_factor(A)
+    if check_errors:
+        torch.ops.shimkit.linalg_check_errors(info, "torch.linalg.lu_factor_ex", A.dim() == 2)
+    return LU, pivots, info
+
+
+def _broadcast_batches(*tensors_and_cores):
+    batch = torch.broadcast_shapes(*(t.shape[:-core] for t, core in tensors_and_cores))
+    return [t.expand(*batch, *t.shape[t.dim() - core:]).contiguous() for t, core in tensors_and_cores]
+
+
+def lu_solve_decomposition(LU, pivots, B, *, left=True, adjoint=False):
+    LU, pivots, B = _broadcast_batches((LU, 2), (pivots, 1), (B, 2))
+    if left:
+        return torch.ops.shimkit.lu_solve(LU, pivots, B, adjoint)
+    # X A = B is A^T X^T = B^T: ATen's own reduction of the right-hand case.
+    return torch.ops.shimkit.lu_solve(LU, pivots, B.mT.contiguous(), not adjoint).mT
+
+
+def solve_ex_decomposition(A, B, *, left=True, check_errors=False):
+    LU, pivots, info = torch.ops.shimkit.lu_factor(A)
+    if check_errors:
+        torch.ops.shimkit.linalg_check_errors(info, "torch.linalg.solve_ex", A.dim() == 2)
+    vector_case = B.dim() == 1 or (A.dim() - 1 == B.dim() and _known_equal(B.shape, A.shape[:-1]))
+    B_ = B.unsqueeze(-1) if vector_case else B
+    result = lu_solve_decomposition(LU, pivots, B_, left=left)
+    return (result.squeeze(-1) if vector_case else result), LU, pivots, info
+
+
+def inv_ex_decomposition(A, *, check_errors=False):
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device).expand(A.shape)
+    inverse, _, _, info = solve_ex_decomposition(A, eye)
+    if check_errors:
+        torch.ops.shimkit.linalg_check_errors(info, "torch.linalg.inv_ex", A.dim() == 2)
+    return inverse, info
+
+
+def _factor_for_determinant(A: Tensor) -> tuple[Tensor, Tensor]:
+    # det(A^T) = det(A): ATen factorizes A^T when A is contiguous (saving a copy into column-major
+    # order), so the factors it returns, and the rounding, are A^T's. Asked without a guard: a layout
+    # unknown under symbolic sizes is taken as not contiguous, the case a compiled program cannot reach.
+    LU, pivots, _ = torch.ops.shimkit.lu_factor(A.mT.contiguous() if is_contiguous_or_false(A) else A)
+    return LU, pivots
+
+
+def det_decomposition(A):
+    LU, pivots = _factor_for_determinant(A)
+    det = LU.diagonal(0, -2, -1).prod(-1) * _permutation_sign(pivots)
+    return det, LU, pivots
+
+
+def slogdet_decomposition(A):
+    LU, pivots = _factor_for_determinant(A)
+    diagonal = LU.diagonal(0, -2, -1)
+    sign = diagonal.sgn().prod(-1) * _permutation_sign(pivots)
+    return sign, diagonal.abs().log().sum(-1), LU, pivots
+
+
+def cholesky_ex_decomposition(A, *, upper=False, check_errors=False):
+    # The upper factor reads A's upper triangle: it is the lower factor of A^T, transposed.
+    L, info = torch.ops.shimkit.cholesky(A.mT.contiguous() if upper else A)
+    if check_errors:
+        torch.ops.shimkit.linalg_check_errors(info, "torch.linalg.cholesky_ex", A.dim() == 2)
+    return (L.mT if upper else L), info
+
+
+def check_errors_decomposition(info, api_name, *, is_matrix):
+    torch.ops.shimkit.linalg_check_errors(info, api_name, is_matrix)
+
+
+def _float32_matrices(argument: str, A: Tensor, op: str) -> Tensor:
+    if A.dim() < 2:
+        raise ValueError(f"{op}: {argument} must have 2 or more dimensions (a batch of matrices), got shape "
+                         f"{tuple(A.shape)}")
+    if A.dtype != torch.float32:
+        raise TypeError(f"{op}: {argument} must be float32 (the only dtype of the Metal kernels), got {A.dtype}")
+    return A.contiguous()
+
+
+def launch_lu_factor(library, A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``shimkit::lu_factor`` through ``library``'s ``lu_factor_float``, as ``linalg_shim_mps.mm`` dispatches
+    it: one thread per matrix of a contiguous ``A``."""
+    A = _float32_matrices("A", A, LU_FACTOR)
+    m, n = A.shape[-2:]
+    LU, pivots, info = _lu_factor_fake(A)
+    info.zero_()
+    if LU.numel():
+        library.lu_factor_float(LU, pivots, info, A, m, n, threads=info.numel())
+    return LU, pivots, info
+
+
+def launch_lu_solve(library, LU: Tensor, pivots: Tensor, B: Tensor, adjoint: bool) -> Tensor:
+    """``shimkit::lu_solve`` through ``library``'s ``lu_solve_float``, as ``linalg_shim_mps.mm`` dispatches
+    it: one thread per column of every right-hand side."""
+    LU = _float32_matrices("LU", LU, LU_SOLVE)
+    B = _float32_matrices("B", B, LU_SOLVE)
+    n = LU.shape[-1]
+    if LU.shape[-2] != n or pivots.shape != LU.shape[:-1] or B.shape[:-2] != LU.shape[:-2] or B.shape[-2] != n:
+        raise ValueError(f"{LU_SOLVE}: expected LU [*, n, n], pivots [*, n] and B [*, n, k] with one batch, got "
+                         f"{tuple(LU.shape)}, {tuple(pivots.shape)} and {tuple(B.shape)}")
+    X = torch.empty_like(B)
+    if X.numel():
+        library.lu_solve_float(X, LU, pivots.to(torch.int32).contiguous(), B, n, B.shape[-1], bool(adjoint),
+                               threads=X.numel() // n)
+    return X
+
+
+def launch_cholesky(library, A: Tensor) -> tuple[Tensor, Tensor]:
+    """``shimkit::cholesky`` through ``library``'s ``cholesky_float``, as ``linalg_shim_mps.mm`` dispatches
+    it: one thread per matrix of a contiguous, square ``A``."""
+    A = _float32_matrices("A", A, CHOLESKY)
+    if A.shape[-2] != A.shape[-1]:
+        raise ValueError(f"{CHOLESKY}: A must be batches of square matrices, got shape {tuple(A.shape)}")
+    L, info = _cholesky_fake(A)
+    info.zero_()
+    if L.numel():
+        library.cholesky_float(L, info, A, A.shape[-1], threads=info.numel())
+    return L, info
+
+
+def _kernel(name: str, launch) -> Kernel:
+    return Kernel(name=name, directory=str(KERNEL_DIR), runtime_sources=(f"{name}.metal", "linalg_shim_mps.mm"),
+                  msl=MslKernel(source=f"{name}.metal", function=name, dtypes=("float",), launch=launch),
+                  uses_sdk=False)
+
+
+LU_FACTOR_KERNEL = _kernel("lu_factor", launch_lu_factor)
+LU_SOLVE_KERNEL = _kernel("lu_solve", launch_lu_solve)
+CHOLESKY_KERNEL = _kernel("cholesky", launch_cholesky)
+# The info check reads `info` on the host and needs no MSL of its own.
+CHECK_ERRORS_KERNEL = Kernel(name="linalg_check_errors", directory=str(KERNEL_DIR),
+                             runtime_sources=("linalg_shim_mps.mm",), uses_sdk=False)
+
+
+def _shim(op: str, parameters: str, kernel: Kernel) -> Shim:
+    symbol = f"aoti_torch_mps_shimkit_{op.split('::')[1]}"
+    return Shim(op=op, device="mps", symbol=symbol, recorded_names=(op,),
+                c_prototype=f"AOTITorchError {symbol}({parameters})", kernel=kernel)
+
+
+SHIMS = (
+    _shim(LU_FACTOR, "AtenTensorHandle A, AtenTensorHandle* ret0, AtenTensorHandle* ret1, AtenTensorHandle* ret2",
+          LU_FACTOR_KERNEL),
+    _shim(LU_SOLVE, "AtenTensorHandle LU, AtenTensorHandle pivots, AtenTensorHandle B, int32_t adjoint, "
+          "AtenTensorHandle* ret0", LU_SOLVE_KERNEL),
+    _shim(CHOLESKY, "AtenTensorHandle A, AtenTensorHandle* ret0, AtenTensorHandle* ret1", CHOLESKY_KERNEL),
+    _shim(CHECK_ERRORS, "AtenTensorHandle info, const char* api_name, int32_t is_matrix", CHECK_ERRORS_KERNEL),
+)
+
+
+def _random_matrices(batch, m, n, seed, *, singular_column=None):
+    """Standard normal ``[*batch, m, n]`` float32 matrices from ``seed``: distinct magnitudes, so the pivot
+    order is the one any correct elimination finds; ``singular_column`` zeroes one column (an exact zero
+    pivot for every algorithm)."""
+    generator = torch.Generator().manual_seed(seed)
+    A = torch.randn(*batch, m, n, generator=generator)
+    if singular_column is not None and n:
+        A[..., singular_column % n] = 0
+    return A
+
+
+def _well_conditioned(A: Tensor) -> bool:
+    return A.shape[-1] == 0 or bool((torch.linalg.cond(A.double()) < 200).all())
+
+
+def _shapes(min_side=0, max_side=6, square=True):
+    from hypothesis import strategies as st
+
+    batches = st.sampled_from([(), (1,), (3,), (2, 2), (0,)])
+    if square:
+        return st.tuples(batches, st.integers(min_side, max_side)).map(lambda s: (s[0], s[1], s[1]))
+    return st.tuples(batches, st.integers(min_side, max_side), st.integers(min_side, max_side))
+
+
+def matrix_inputs(*, square=True, invertible=False, singular=True):
+    """``[*batch, m, n]`` float32 matrices, batches empty to two dims, sides 0 to 6; ``invertible`` keeps
+    them well-conditioned, ``singular`` mixes in some with a zero column."""
+    from hypothesis import strategies as st
+
+    def build(shape_seed_zero):
+        (batch, m, n), seed, zero = shape_seed_zero
+        return _random_matrices(batch, m, n, seed, singular_column=zero)
+
+    zero_columns = st.none() | st.integers(0, 5) if singular and not invertible else st.none()
+    matrices = st.tuples(_shapes(square=square), st.integers(0, 2**32 - 1), zero_columns).map(build)
+    return matrices.filter(_well_conditioned) if invertible else matrices
+
+
+def positive_definite_inputs():
+    """``A A^T + n I`` for random ``A``: symmetric positive-definite, the lower and upper triangles equal."""
+    from hypothesis import strategies as st
+
+    def build(shape_seed):
+        (batch, n, _), seed = shape_seed
+        A = _random_matrices(batch, n, n, seed)
+        return A @ A.mT + n * torch.eye(n)
+
+    return st.tuples(_shapes(), st.integers(0, 2**32 - 1)).map(build)
+
+
+def _factored(invertible_inputs):
+    """``(LU, pivots)`` of the given matrices, contiguous as the kernels take them."""
+    def factor(A):
+        LU, pivots = torch.linalg.lu_factor(A)
+        return LU.contiguous(), pivots.contiguous()
+    return invertible_inputs.map(lambda A: (A, *factor(A)))
+
+
+def _right_hand_sides(A: Tensor, seed: int, k: int, *, batch_drop: int = 0, vector: bool = False) -> Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    batch = A.shape[batch_drop:-2]
+    return torch.randn(*batch, A.shape[-1], *(() if vector else (k,)), generator=generator)
+
+
+def lu_factor_calls():
+    from hypothesis import strategies as st
+
+    return st.builds(lambda A, transpose: OpCall((A.mT if transpose else A,), {"pivot": True, "check_errors": False}),
+                     matrix_inputs(square=False), st.booleans())
+
+
+def lu_solve_kernel_calls():
+    from hypothesis import strategies as st
+
+    return st.builds(lambda factored, seed, k, adjoint: (factored[1], factored[2],
+                                                         _right_hand_sides(factored[0], seed, k), adjoint),
+                     _factored(matrix_inputs(invertible=True)), st.integers(0, 2**32 - 1), st.integers(0, 3),
+                     st.booleans())
+
+
+def lu_solve_calls():
+    """``linalg_lu_solve`` calls: B's batch broadcast against LU's (one dim fewer), left and right solves,
+    plain and adjoint."""
+    from hypothesis import strategies as st
+
+    def call(factored, seed, k, left, adjoint, drop):
+        A, LU, pivots = factored
+        B = _right_hand_sides(A, seed, k, batch_drop=min(drop, A.dim() - 2))
+        return OpCall((LU, pivots, B if left else B.mT.contiguous()), {"left": left, "adjoint": adjoint})
+
+    return st.builds(call, _factored(matrix_inputs(invertible=True)), st.integers(0, 2**32 - 1),
+                     st.integers(0, 3), st.booleans(), st.booleans(), st.integers(0, 1))
+
+
+def solve_calls():
+    from hypothesis import strategies as st
+
+    def call(A, seed, k, vector, left, check_errors):
+        B = _right_hand_sides(A, seed, k, vector=vector and left)  # ATen has vectors on the left only
+        return OpCall((A, B if left else B.mT.contiguous()), {"left": left, "check_errors": check_errors})
+
+    return st.builds(call, matrix_inputs(invertible=True), st.integers(0, 2**32 - 1), st.integers(0, 3),
+                     st.booleans(), st.booleans(), st.booleans())
+
+
+def square_matrix_calls():
+    from hypothesis import strategies as st
+
+    return st.builds(lambda A, transpose: (A.mT if transpose else A,), matrix_inputs(), st.booleans())
+
+
+def inv_calls():
+    from hypothesis import strategies as st
+
+    return st.builds(lambda A, check_errors: OpCall((A,), {"check_errors": check_errors}),
+                     matrix_inputs(invertible=True), st.booleans())
+
+
+def cholesky_calls():
+    from hypothesis import strategies as st
+
+    return st.builds(lambda A, upper, check_errors: OpCall((A,), {"upper": upper, "check_errors": check_errors}),
+                     positive_definite_inputs(), st.booleans(), st.booleans())
+
+
+def check_errors_calls():
+    """Calls that pass: every ``info`` zero (the raising ones are checked by name in the tests)."""
+    from hypothesis import strategies as st
+
+    return st.builds(lambda batch, api_name: OpCall((torch.zeros(batch, dtype=torch.int32), api_name),
+                                                    {"is_matrix": batch == ()}),
+                     st.sampled_from([(), (3,), (2, 2)]), st.sampled_from(["torch.linalg.inv", "linalg.solve"]))
+
+
+def _invertible_square(n: int):
+    from hypothesis import strategies as st
+
+    return st.integers(0, 2**32 - 1).map(lambda seed: _random_matrices((), n, n, seed)).filter(_well_conditioned)
+
+
+def tensorinv_calls():
+    """``tensorinv(A, ind)``: an invertible ``n x n`` matrix reshaped so that ``A.shape[:ind]`` and
+    ``A.shape[ind:]`` both hold ``n`` elements."""
+    from hypothesis import strategies as st
+
+    shapes = st.sampled_from([((2, 2, 4), 2), ((4, 2, 2), 1), ((2, 3, 6), 2), ((1, 1), 1)])
+    return shapes.flatmap(lambda shape_ind: _invertible_square(shape_ind[0][-1] if shape_ind[1] == len(shape_ind[0]) - 1
+                                                               else torch.Size(shape_ind[0][shape_ind[1]:]).numel())
+                          .map(lambda A: OpCall((A.reshape(shape_ind[0]),), {"ind": shape_ind[1]})))
+
+
+def tensorsolve_calls():
+    """``tensorsolve(A, B)``: ``A`` of shape ``B.shape + X.shape`` from an invertible square matrix."""
+    from hypothesis import strategies as st
+
+    def call(A, b_shape, x_shape, seed):
+        return (A.reshape(*b_shape, *x_shape), _random_matrices((), A.shape[0], 1, seed).reshape(b_shape))
+
+    shapes = st.sampled_from([((2, 2), (4,)), ((4,), (2, 2)), ((3,), (3,)), ((2, 3), (3, 2))])
+    return shapes.flatmap(lambda bx: st.builds(call, _invertible_square(torch.Size(bx[0]).numel()), st.just(bx[0]),
+                                               st.just(bx[1]), st.integers(0, 2**32 - 1)))
+
+
+def _static_sizes_only(op: str):
+    """ATen's composite for ``op``, expanded only where every size is static: ``tensorinv`` and
+    ``tensorsolve`` compare products of sizes to choose their reshapes, which under symbolic sizes would be
+    a guard the spliced program never checks."""
+    composite = through_aten_composite(op)
+
+    def decomposition(*args, **kwargs):
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
+        if any(isinstance(size, torch.SymInt) for t in tensors for size in t.shape):
+            raise DecompositionDeclined(f"{op}'s ATen composite compares sizes: it is expanded only at static "
+                                        f"sizes")
+        return composite(*args, **kwargs)
+
+    decomposition.__qualname__ = f"static-size {composite.__qualname__}"
+    return decomposition
+
+
+def _positional(calls, keys=()):
+    return lambda: calls().map(lambda call: (*call.args, *(call.kwargs[k] for k in keys)))
+
+
+DECOMPOSITIONS = {
+    ATEN_LU_FACTOR: (lu_factor_ex_decomposition, lu_factor_calls),
+    ATEN_LU_SOLVE: (lu_solve_decomposition, lu_solve_calls),
+    ATEN_SOLVE: (solve_ex_decomposition, solve_calls),
+    ATEN_INV: (inv_ex_decomposition, inv_calls),
+    ATEN_DET: (det_decomposition, square_matrix_calls),
+    ATEN_SLOGDET: (slogdet_decomposition, square_matrix_calls),
+    ATEN_CHOLESKY: (cholesky_ex_decomposition, cholesky_calls),
+    ATEN_CHECK_ERRORS: (check_errors_decomposition, check_errors_calls),
+}
+
+# The CompositeImplicitAutograd ops models call. ExecuTorch's AOTI partitioner keeps them whole, so they
+# reach the backend as themselves and Inductor would expand them after shimkit's passes: each is expanded
+# here, through ATen's own composite, with the decompositions above applied to what it expands into.
+COMPOSITES = {
+    "aten::linalg_det.default": square_matrix_calls,
+    "aten::det.default": square_matrix_calls,
+    "aten::logdet.default": square_matrix_calls,
+    "aten::linalg_slogdet.default": square_matrix_calls,
+    "aten::linalg_inv.default": _positional(inv_calls),
+    "aten::inverse.default": _positional(inv_calls),
+    "aten::linalg_solve.default": lambda: solve_calls().map(lambda c: OpCall(c.args, {"left": c.kwargs["left"]})),
+    "aten::linalg_solve_ex.default": solve_calls,
+    "aten::linalg_cholesky.default": lambda: cholesky_calls().map(lambda c: OpCall(c.args,
+                                                                                  {"upper": c.kwargs["upper"]})),
+    "aten::linalg_lu_factor.default": lambda: matrix_inputs(invertible=True).map(lambda A: (A,)),
+    "aten::_lu_with_info.default": lambda: matrix_inputs(invertible=True).map(lambda A: (A, True, False)),
+    "aten::lu_solve.default": lambda: lu_solve_calls().filter(lambda c: c.kwargs["left"] and not c.kwargs["adjoint"])
+    .map(lambda c: (c.args[2], c.args[0], c.args[1])),
+    "aten::linalg_tensorinv.default": tensorinv_calls,
+    "aten::linalg_tensorsolve.default": tensorsolve_calls,
+}
+STATIC_COMPOSITES = ("aten::linalg_tensorinv.default", "aten::linalg_tensorsolve.default")
+
+
+def _aten(op: str):
+    namespace, name = op.split("::")
+    packet, overload = name.split(".")
+    return getattr(getattr(getattr(torch.ops, namespace), packet), overload)
+
+
+@hookimpl
+def shimkit_op_plugins():
+    yield OpPlugin(
+        name="linalg",
+        ops=(*DECOMPOSITIONS, *COMPOSITES, LU_FACTOR, LU_SOLVE, CHOLESKY, CHECK_ERRORS),
+        shims=SHIMS,
+        decompositions={**{op: decomposition for op, (decomposition, _) in DECOMPOSITIONS.items()},
+                        **{op: (_static_sizes_only(op) if op in STATIC_COMPOSITES else through_aten_composite(op))
+                           for op in COMPOSITES}},
+        decomposition_devices=("mps",),
+        references={**{op: _aten(op) for op in (*DECOMPOSITIONS, *COMPOSITES)},
+                    LU_FACTOR: torch.ops.shimkit.lu_factor.default, LU_SOLVE: torch.ops.shimkit.lu_solve.default,
+                    CHOLESKY: torch.ops.shimkit.cholesky.default},
+        input_strategies={**{op: calls for op, (_, calls) in DECOMPOSITIONS.items()}, **COMPOSITES,
+                          LU_FACTOR: lambda: matrix_inputs(square=False).map(lambda A: (A,)),
+                          LU_SOLVE: lu_solve_kernel_calls,
+                          CHOLESKY: lambda: positive_definite_inputs().map(lambda A: (A,))},
+        doc="det, slogdet, inv, solve, cholesky, lu_factor and lu_solve on mps, through MSL LU and Cholesky "
+            "kernels (float32).",
+    )

@@ -1,0 +1,286 @@
+// The c-shims of shimkit's linear-algebra ops for ExecuTorch's Metal runtime: aoti_torch_mps_shimkit_lu_factor,
+// _lu_solve and _cholesky allocate their results and dispatch lu_factor.metal, lu_solve.metal and
+// cholesky.metal exactly as the plugin's launch_* functions do on Linux through shimkit.metal (where the
+// kernels are tested); aoti_torch_mps_shimkit_linalg_check_errors is ATen's _linalg_check_errors on the host.
+//
+// NOT COMPILED OR RUN ON LINUX, and not built or run by shimkit's CI (no Mac was available): it is written
+// against executorch/backends/apple/metal/runtime (v1.5.1)'s ETMetalShaderLibrary and aoti_torch_empty_strided,
+// the pattern of the runtime's own shims and of plugins/sort/kernel/sort_shim_mps.mm. The MSL sources are the
+// strings the registry-generated adapter file defines (shimkit config mps --msl-adapter FILE).
+#if __has_include(<executorch/backends/apple/metal/runtime/shims/et_metal.h>)
+
+#include <executorch/backends/aoti/common_shims.h>
+#include <executorch/backends/apple/metal/runtime/shims/et_metal.h>
+#include <executorch/backends/apple/metal/runtime/shims/memory.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+extern "C" const char shimkit_msl_source_lu_factor[];
+extern "C" const char shimkit_msl_source_lu_solve[];
+extern "C" const char shimkit_msl_source_cholesky[];
+
+namespace {
+
+namespace aoti_api = executorch::backends::aoti;
+namespace metal_api = executorch::backends::metal;  // ETMetalShaderLibrary, synchronize_metal_stream (et_metal.h)
+using executorch::runtime::Error;
+using ETensor = executorch::runtime::etensor::Tensor;
+
+constexpr int32_t kFloat = 6;
+constexpr int32_t kInt = 3;
+
+bool is_contiguous(const ETensor& t) {
+  int64_t expected = 1;
+  for (int d = t.dim() - 1; d >= 0; --d) {
+    if (t.size(d) != 1 && t.strides()[d] != expected) return false;
+    expected *= t.size(d);
+  }
+  return true;
+}
+
+// A contiguous float32 batch of matrices, or the reason it is not one (logged under `shim`).
+bool check_matrices(const char* shim, const char* argument, const ETensor& t) {
+  if (t.dim() < 2) {
+    ET_LOG(Error, "%s: %s must be a batch of matrices (2 or more dims), got %d dims", shim, argument,
+           static_cast<int>(t.dim()));
+    return false;
+  }
+  if (static_cast<int32_t>(t.scalar_type()) != kFloat) {
+    ET_LOG(Error, "%s: %s must be float32, got dtype %d", shim, argument, static_cast<int>(t.scalar_type()));
+    return false;
+  }
+  if (!is_contiguous(t)) {
+    ET_LOG(Error, "%s: %s must be contiguous", shim, argument);
+    return false;
+  }
+  return true;
+}
+
+int64_t batch_count(const ETensor& t, int64_t core_dims) {
+  int64_t count = 1;
+  for (int64_t d = 0; d < t.dim() - core_dims; ++d) count *= t.size(d);
+  return count;
+}
+
+// A contiguous tensor of `sizes` and `dtype` on `like`'s device.
+Error allocate(AOTITensorHandle like, const std::vector<int64_t>& sizes, int32_t dtype, AOTITensorHandle* out) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t stride = 1;
+  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+    strides[d] = stride;
+    stride *= sizes[d];
+  }
+  int32_t device_type = 0;
+  aoti_api::aoti_torch_get_device_type(like, &device_type);
+  return aoti_torch_empty_strided(static_cast<int64_t>(sizes.size()), sizes.data(), strides.data(), dtype,
+                                  device_type, 0, out);
+}
+
+void release(std::initializer_list<AOTITensorHandle> handles) {
+  for (AOTITensorHandle handle : handles) {
+    if (handle != nullptr) aoti_torch_delete_tensor_object(handle);
+  }
+}
+
+std::shared_ptr<metal_api::ETMetalKernelFunction> kernel_of(const char* source, const char* name) {
+  // One library per kernel source, compiled on first use like the runtime's own shims.
+  static std::unique_ptr<metal_api::ETMetalShaderLibrary> lu_factor_library;
+  static std::unique_ptr<metal_api::ETMetalShaderLibrary> lu_solve_library;
+  static std::unique_ptr<metal_api::ETMetalShaderLibrary> cholesky_library;
+  std::unique_ptr<metal_api::ETMetalShaderLibrary>* library =
+      source == shimkit_msl_source_lu_factor ? &lu_factor_library
+      : source == shimkit_msl_source_lu_solve ? &lu_solve_library
+                                              : &cholesky_library;
+  if (!*library) library->reset(new metal_api::ETMetalShaderLibrary(std::string(source)));
+  return (*library)->getKernelFunction(name);
+}
+
+}  // namespace
+
+extern "C" AOTITorchError aoti_torch_mps_shimkit_lu_factor(AOTITensorHandle A, AOTITensorHandle* ret0,
+                                                           AOTITensorHandle* ret1, AOTITensorHandle* ret2) {
+  const char* shim = "aoti_torch_mps_shimkit_lu_factor";
+  if (A == nullptr || ret0 == nullptr || ret1 == nullptr || ret2 == nullptr) {
+    ET_LOG(Error, "%s: null tensor handle", shim);
+    return Error::InvalidArgument;
+  }
+  auto* input = reinterpret_cast<ETensor*>(A);
+  if (!check_matrices(shim, "A", *input)) return Error::InvalidArgument;
+  const int64_t rank = input->dim();
+  const int64_t m = input->size(rank - 2);
+  const int64_t n = input->size(rank - 1);
+  const int64_t k = m < n ? m : n;
+  std::vector<int64_t> batch(input->sizes().begin(), input->sizes().end() - 2);
+  std::vector<int64_t> pivot_sizes(batch);
+  pivot_sizes.push_back(k);
+  AOTITensorHandle lu = nullptr, pivots = nullptr, info = nullptr;
+  if (allocate(A, std::vector<int64_t>(input->sizes().begin(), input->sizes().end()), kFloat, &lu) != Error::Ok ||
+      allocate(A, pivot_sizes, kInt, &pivots) != Error::Ok || allocate(A, batch, kInt, &info) != Error::Ok) {
+    release({lu, pivots, info});
+    ET_LOG(Error, "%s: could not allocate the results", shim);
+    return Error::MemoryAllocationFailed;
+  }
+  const int64_t matrices = batch_count(*input, 2);
+  if (matrices > 0) {
+    auto kernel = kernel_of(shimkit_msl_source_lu_factor, "lu_factor_float");
+    if (!kernel) {
+      release({lu, pivots, info});
+      ET_LOG(Error, "%s: the MSL library has no lu_factor_float", shim);
+      return Error::NotSupported;
+    }
+    // An empty matrix has nothing to factor: the kernel still runs, to write info = 0.
+    kernel->runCommandBlock([&] {
+      kernel->startEncoding();
+      kernel->setArg(0, *reinterpret_cast<ETensor*>(lu));
+      kernel->setArg(1, *reinterpret_cast<ETensor*>(pivots));
+      kernel->setArg(2, *reinterpret_cast<ETensor*>(info));
+      kernel->setArg(3, *input);
+      kernel->setArg(4, m);
+      kernel->setArg(5, n);
+      kernel->dispatchSingle(static_cast<uint64_t>(matrices));
+    });
+  }
+  *ret0 = lu;
+  *ret1 = pivots;
+  *ret2 = info;
+  return Error::Ok;
+}
+
+extern "C" AOTITorchError aoti_torch_mps_shimkit_lu_solve(AOTITensorHandle LU, AOTITensorHandle pivots,
+                                                          AOTITensorHandle B, int32_t adjoint,
+                                                          AOTITensorHandle* ret0) {
+  const char* shim = "aoti_torch_mps_shimkit_lu_solve";
+  if (LU == nullptr || pivots == nullptr || B == nullptr || ret0 == nullptr) {
+    ET_LOG(Error, "%s: null tensor handle", shim);
+    return Error::InvalidArgument;
+  }
+  auto* lu = reinterpret_cast<ETensor*>(LU);
+  auto* rhs = reinterpret_cast<ETensor*>(B);
+  auto* swaps = reinterpret_cast<ETensor*>(pivots);
+  if (!check_matrices(shim, "LU", *lu) || !check_matrices(shim, "B", *rhs)) return Error::InvalidArgument;
+  const int64_t n = lu->size(lu->dim() - 1);
+  const int64_t k = rhs->size(rhs->dim() - 1);
+  const int64_t matrices = batch_count(*lu, 2);
+  if (lu->size(lu->dim() - 2) != n || rhs->dim() != lu->dim() || rhs->size(rhs->dim() - 2) != n ||
+      batch_count(*rhs, 2) != matrices || swaps->dim() != lu->dim() - 1 || batch_count(*swaps, 1) != matrices ||
+      swaps->size(swaps->dim() - 1) != n || static_cast<int32_t>(swaps->scalar_type()) != kInt ||
+      !is_contiguous(*swaps)) {
+    ET_LOG(Error, "%s: expected LU [*, n, n], contiguous int32 pivots [*, n] and B [*, n, k] with one batch", shim);
+    return Error::InvalidArgument;
+  }
+  AOTITensorHandle x = nullptr;
+  if (allocate(B, std::vector<int64_t>(rhs->sizes().begin(), rhs->sizes().end()), kFloat, &x) != Error::Ok) {
+    ET_LOG(Error, "%s: could not allocate the result", shim);
+    return Error::MemoryAllocationFailed;
+  }
+  if (matrices > 0 && n > 0 && k > 0) {
+    auto kernel = kernel_of(shimkit_msl_source_lu_solve, "lu_solve_float");
+    if (!kernel) {
+      release({x});
+      ET_LOG(Error, "%s: the MSL library has no lu_solve_float", shim);
+      return Error::NotSupported;
+    }
+    kernel->runCommandBlock([&] {
+      kernel->startEncoding();
+      kernel->setArg(0, *reinterpret_cast<ETensor*>(x));
+      kernel->setArg(1, *lu);
+      kernel->setArg(2, *swaps);
+      kernel->setArg(3, *rhs);
+      kernel->setArg(4, n);
+      kernel->setArg(5, k);
+      kernel->setArg(6, static_cast<int64_t>(adjoint != 0));
+      kernel->dispatchSingle(static_cast<uint64_t>(matrices * k));
+    });
+  }
+  *ret0 = x;
+  return Error::Ok;
+}
+
+extern "C" AOTITorchError aoti_torch_mps_shimkit_cholesky(AOTITensorHandle A, AOTITensorHandle* ret0,
+                                                          AOTITensorHandle* ret1) {
+  const char* shim = "aoti_torch_mps_shimkit_cholesky";
+  if (A == nullptr || ret0 == nullptr || ret1 == nullptr) {
+    ET_LOG(Error, "%s: null tensor handle", shim);
+    return Error::InvalidArgument;
+  }
+  auto* input = reinterpret_cast<ETensor*>(A);
+  if (!check_matrices(shim, "A", *input)) return Error::InvalidArgument;
+  const int64_t n = input->size(input->dim() - 1);
+  if (input->size(input->dim() - 2) != n) {
+    ET_LOG(Error, "%s: A must be batches of square matrices", shim);
+    return Error::InvalidArgument;
+  }
+  std::vector<int64_t> batch(input->sizes().begin(), input->sizes().end() - 2);
+  AOTITensorHandle l = nullptr, info = nullptr;
+  if (allocate(A, std::vector<int64_t>(input->sizes().begin(), input->sizes().end()), kFloat, &l) != Error::Ok ||
+      allocate(A, batch, kInt, &info) != Error::Ok) {
+    release({l, info});
+    ET_LOG(Error, "%s: could not allocate the results", shim);
+    return Error::MemoryAllocationFailed;
+  }
+  const int64_t matrices = batch_count(*input, 2);
+  if (matrices > 0) {
+    auto kernel = kernel_of(shimkit_msl_source_cholesky, "cholesky_float");
+    if (!kernel) {
+      release({l, info});
+      ET_LOG(Error, "%s: the MSL library has no cholesky_float", shim);
+      return Error::NotSupported;
+    }
+    kernel->runCommandBlock([&] {
+      kernel->startEncoding();
+      kernel->setArg(0, *reinterpret_cast<ETensor*>(l));
+      kernel->setArg(1, *reinterpret_cast<ETensor*>(info));
+      kernel->setArg(2, *input);
+      kernel->setArg(3, n);
+      kernel->dispatchSingle(static_cast<uint64_t>(matrices));
+    });
+  }
+  *ret0 = l;
+  *ret1 = info;
+  return Error::Ok;
+}
+
+// ATen's _linalg_check_errors (aten/src/ATen/native/BatchLinearAlgebra.cpp): the first nonzero info, with
+// its batch element unless is_matrix, in ATen's words for the api. Reading info waits for the GPU, as
+// ATen's own check does on mps.
+extern "C" AOTITorchError aoti_torch_mps_shimkit_linalg_check_errors(AOTITensorHandle info, const char* api_name,
+                                                                     int32_t is_matrix) {
+  const char* shim = "aoti_torch_mps_shimkit_linalg_check_errors";
+  if (info == nullptr || api_name == nullptr) {
+    ET_LOG(Error, "%s: null argument", shim);
+    return Error::InvalidArgument;
+  }
+  auto* infos = reinterpret_cast<ETensor*>(info);
+  if (static_cast<int32_t>(infos->scalar_type()) != kInt || !is_contiguous(*infos)) {
+    ET_LOG(Error, "%s: info must be a contiguous int32 tensor", shim);
+    return Error::InvalidArgument;
+  }
+  metal_api::synchronize_metal_stream();
+  const int32_t* codes = infos->const_data_ptr<int32_t>();
+  for (int64_t i = 0; i < infos->numel(); ++i) {
+    const int32_t code = codes[i];
+    if (code == 0) continue;
+    const std::string api(api_name);
+    const std::string batch = is_matrix != 0 ? "" : ": (Batch element " + std::to_string(i) + ")";
+    if (code < 0) {
+      ET_LOG(Error, "%s%s: Argument %d has illegal value.", api_name, batch.c_str(), -code);
+    } else if (api.find("inv") != std::string::npos) {
+      ET_LOG(Error, "%s%s: The diagonal element %d is zero, the inversion could not be completed because the "
+             "input matrix is singular.", api_name, batch.c_str(), code);
+    } else if (api.find("solve") != std::string::npos) {
+      ET_LOG(Error, "%s%s: The solver failed because the input matrix is singular.", api_name, batch.c_str());
+    } else if (api.find("cholesky") != std::string::npos) {
+      ET_LOG(Error, "%s%s: The factorization could not be completed because the input is not positive-definite "
+             "(the leading minor of order %d is not positive-definite).", api_name, batch.c_str(), code);
+    } else {
+      ET_LOG(Error, "%s%s: U[%d,%d] is zero and using it on lu_solve would result in a division by zero.",
+             api_name, batch.c_str(), code, code);
+    }
+    return Error::InvalidArgument;
+  }
+  return Error::Ok;
+}
+
+#endif
