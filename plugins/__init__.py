@@ -31,6 +31,7 @@ BUILTIN_MODULES = (
     "metal_pointwise",
     "metal_generated",
     "linalg",
+    "nonzero",
     "cuda_runtime",
     "core_passes",
 )
