@@ -33,7 +33,7 @@ from torch import Tensor
 from torch._prims_common import is_contiguous_or_false
 from torch.fx.experimental.symbolic_shapes import statically_known_false, statically_known_true, sym_eq
 
-from shimkit.registry import (DecompositionDeclined, Kernel, MslKernel, OpCall, OpPlugin, Shim, hookimpl,
+from shimkit.registry import (DecompositionDeclined, Kernel, MslKernel, OpCall, OpPlugin, Shim, hookimpl, resolve_op,
                               through_aten_composite)
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernel"
@@ -123,10 +123,12 @@ def _permutation_sign(pivots: Tensor) -> Tensor:
     return 1 - 2 * (swaps % 2)
 
 
+# Every tensor handed to a shimkit op is made contiguous: the c-shims take row-major buffers and refuse
+# anything else (Inductor passes a custom op's inputs with the strides the trace gave them).
 def lu_factor_ex_decomposition(A, *, pivot=True, check_errors=False):
     if not pivot:
         raise DecompositionDeclined("only LU with partial pivoting (pivot=True) has a Metal kernel")
-    LU, pivots, info = torch.ops.shimkit.lu_factor(A)
+    LU, pivots, info = torch.ops.shimkit.lu_factor(A.contiguous())
     if check_errors:
         torch.ops.shimkit.linalg_check_errors(info, "torch.linalg.lu_factor_ex", A.dim() == 2)
     return LU, pivots, info
@@ -146,7 +148,7 @@ def lu_solve_decomposition(LU, pivots, B, *, left=True, adjoint=False):
 
 
 def solve_ex_decomposition(A, B, *, left=True, check_errors=False):
-    LU, pivots, info = torch.ops.shimkit.lu_factor(A)
+    LU, pivots, info = torch.ops.shimkit.lu_factor(A.contiguous())
     if check_errors:
         torch.ops.shimkit.linalg_check_errors(info, "torch.linalg.solve_ex", A.dim() == 2)
     vector_case = B.dim() == 1 or (A.dim() - 1 == B.dim() and _known_equal(B.shape, A.shape[:-1]))
@@ -165,9 +167,9 @@ def inv_ex_decomposition(A, *, check_errors=False):
 
 def _factor_for_determinant(A: Tensor) -> tuple[Tensor, Tensor]:
     # det(A^T) = det(A): ATen factorizes A^T when A is contiguous (saving a copy into column-major
-    # order), so the factors it returns, and the rounding, are A^T's. Asked without a guard: a layout
-    # unknown under symbolic sizes is taken as not contiguous, the case a compiled program cannot reach.
-    LU, pivots, _ = torch.ops.shimkit.lu_factor(A.mT.contiguous() if is_contiguous_or_false(A) else A)
+    # order), so the factors it returns, and their rounding, are A^T's. Asked without a guard: a layout
+    # that symbolic sizes leave unknown counts as not contiguous (the factors are then A's, equally exact).
+    LU, pivots, _ = torch.ops.shimkit.lu_factor((A.mT if is_contiguous_or_false(A) else A).contiguous())
     return LU, pivots
 
 
@@ -186,7 +188,7 @@ def slogdet_decomposition(A):
 
 def cholesky_ex_decomposition(A, *, upper=False, check_errors=False):
     # The upper factor reads A's upper triangle: it is the lower factor of A^T, transposed.
-    L, info = torch.ops.shimkit.cholesky(A.mT.contiguous() if upper else A)
+    L, info = torch.ops.shimkit.cholesky((A.mT if upper else A).contiguous())
     if check_errors:
         torch.ops.shimkit.linalg_check_errors(info, "torch.linalg.cholesky_ex", A.dim() == 2)
     return (L.mT if upper else L), info
@@ -495,12 +497,6 @@ COMPOSITES = {
 STATIC_COMPOSITES = ("aten::linalg_tensorinv.default", "aten::linalg_tensorsolve.default")
 
 
-def _aten(op: str):
-    namespace, name = op.split("::")
-    packet, overload = name.split(".")
-    return getattr(getattr(getattr(torch.ops, namespace), packet), overload)
-
-
 @hookimpl
 def shimkit_op_plugins():
     yield OpPlugin(
@@ -511,7 +507,7 @@ def shimkit_op_plugins():
                         **{op: (_static_sizes_only(op) if op in STATIC_COMPOSITES else through_aten_composite(op))
                            for op in COMPOSITES}},
         decomposition_devices=("mps",),
-        references={**{op: _aten(op) for op in (*DECOMPOSITIONS, *COMPOSITES)},
+        references={**{op: resolve_op(op) for op in (*DECOMPOSITIONS, *COMPOSITES)},
                     LU_FACTOR: torch.ops.shimkit.lu_factor.default, LU_SOLVE: torch.ops.shimkit.lu_solve.default,
                     CHOLESKY: torch.ops.shimkit.cholesky.default},
         input_strategies={**{op: calls for op, (_, calls) in DECOMPOSITIONS.items()}, **COMPOSITES,
