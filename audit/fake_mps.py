@@ -208,13 +208,19 @@ class _FactoriesOnCpu(TorchDispatchMode):
 
 def _uniform_constants_folded_on_cpu(patches: ScopedPatches, real_values: RealValues) -> None:
     """``constant_fold_uniform_value`` evaluates ``full`` and pointwise ops for real, with fake modes
-    disabled, on the graph's device. Only the resulting scalar and the node's own (fake) metadata
-    make it into the graph, so evaluating on cpu folds the same constants. Single-element
-    attributes it reads are fake mps tensors; their real value stands in.
+    disabled, on the graph's device, and its peephole for ``mul`` by an integer 0 makes a real zero
+    there too. Only the resulting scalar and the node's own (fake) metadata make it into the graph, so
+    evaluating on cpu folds the same constants. Single-element attributes it reads are fake mps
+    tensors; their real value stands in.
     """
     from torch._inductor.fx_passes.joint_graph import UniformValueConstantFolder
 
     original = UniformValueConstantFolder._deduce_value
+    original_peepholes = UniformValueConstantFolder._add_peephole_patterns
+
+    def _add_peephole_patterns(self):
+        with _FactoriesOnCpu():
+            original_peepholes(self)
 
     def _deduce_value(self, node):
         with _FactoriesOnCpu():
@@ -224,6 +230,7 @@ def _uniform_constants_folded_on_cpu(patches: ScopedPatches, real_values: RealVa
         return value
 
     patches.replace(UniformValueConstantFolder, "_deduce_value", _deduce_value)
+    patches.replace(UniformValueConstantFolder, "_add_peephole_patterns", _add_peephole_patterns)
 
 
 def _slice_by_ops(tensor: torch.Tensor, index: Any) -> tuple[torch.Tensor, list] | None:
@@ -321,7 +328,8 @@ def to_by_ops(tensor: torch.Tensor, *args: Any, copy: bool = False, **kwargs: An
 
 def _device_guarded_methods_on_fake_mps(patches: ScopedPatches) -> None:
     """A few hand-written ``Tensor`` methods take a C++ device guard, which a build without MPS
-    cannot give for an mps tensor: indexing and index assignment, ``contiguous``, ``to``, ``copy_``.
+    cannot give for an mps tensor: indexing and index assignment, ``contiguous``, ``to``, ``copy_``,
+    ``~`` (``_unsafe_masked_index``'s decomposition inverts its mask).
     Fake-mode Python code meets them when it runs a decomposition or a fake kernel only to infer
     output metadata (``grid_sampler_2d`` and ``im2col`` index with tensors, the conv1d fake kernel
     calls ``contiguous``), on fake tensors and, inside Inductor's functionalized tracing, on
@@ -336,7 +344,8 @@ def _device_guarded_methods_on_fake_mps(patches: ScopedPatches) -> None:
 
 
 def _replace_guarded_methods(patches: ScopedPatches, tensor_cls: type) -> None:
-    originals = {name: getattr(tensor_cls, name) for name in ("__getitem__", "__setitem__", "contiguous", "to", "copy_")}
+    originals = {name: getattr(tensor_cls, name)
+                 for name in ("__getitem__", "__setitem__", "contiguous", "to", "copy_", "__invert__")}
 
     def __getitem__(self, index):
         if self.device.type == "mps":
@@ -364,8 +373,14 @@ def _replace_guarded_methods(patches: ScopedPatches, tensor_cls: type) -> None:
             return torch.ops.aten.copy_.default(self, src, non_blocking)
         return originals["copy_"](self, src, non_blocking)
 
+    def __invert__(self):
+        # Only where ``~`` is defined (integers and bool); other dtypes get the original's TypeError.
+        if self.device.type == "mps" and not self.dtype.is_floating_point and not self.dtype.is_complex:
+            return torch.ops.aten.bitwise_not.default(self)
+        return originals["__invert__"](self)
+
     for name, method in (("__getitem__", __getitem__), ("__setitem__", __setitem__),
-                         ("contiguous", contiguous), ("to", to), ("copy_", copy_)):
+                         ("contiguous", contiguous), ("to", to), ("copy_", copy_), ("__invert__", __invert__)):
         patches.replace(tensor_cls, name, method)
 
 

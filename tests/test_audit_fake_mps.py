@@ -141,23 +141,41 @@ def grid_sample():
 
 def unfold():
     return Unfold(), (torch.randn(1, 3, 8, 8),)
+
+class MaskedIndex(torch.nn.Module):
+    def forward(self, x, mask, rows, cols):
+        return torch.ops.aten._unsafe_masked_index(x, mask, [rows, cols], -1.0)
+
+def masked_index():
+    rows = torch.tensor([[0, 3], [2, 1]])
+    return MaskedIndex(), (torch.randn(4, 5), rows > 1, rows, torch.tensor([[4, 0], [1, 2]]))
+
+class Median(torch.nn.Module):
+    def forward(self, x):
+        return torch.quantile(x, 0.25, dim=1)
+
+def quantile():
+    return Median(), (torch.randn(3, 7),)
 '''
 
 
 def test_ops_that_ran_real_work_on_the_fake_device_now_audit(tmp_path):
     """grid_sample's and im2col's (unfold's) decompositions index fake mps tensors; sort was the third
-    op a first attempt could not audit."""
+    op a first attempt could not audit. _unsafe_masked_index's decomposition inverts a fake mps mask
+    with ``~``; quantile's graph multiplies by 0, which Inductor's constant folder evaluates for real."""
     from shimkit.audit import run_audit
 
     path = tmp_path / "guarded.py"
     path.write_text(MODELS_NEEDING_GUARDED_METHODS)
-    names = ("sort", "grid_sample", "unfold")
+    names = ("sort", "grid_sample", "unfold", "masked_index", "quantile")
     run = run_audit([f"{path}:{name}" for name in names], plugins=False)
     results = {name: model for name, model in zip(names, run.models)}
     assert {name: m.failure for name, m in results.items()} == dict.fromkeys(names)
     # sort has no Metal kernel upstream: a real gap, reported as one.
     assert [k.name for k in results["sort"].missing] == ["at::_ops::sort_stable::call"]
-    assert results["grid_sample"].status == results["unfold"].status == "clean"
+    assert results["grid_sample"].status == results["unfold"].status == results["masked_index"].status == "clean"
+    # quantile sorts too: with the audit finishing, the same stock gap shows instead of a limitation.
+    assert [k.name for k in results["quantile"].missing] == ["at::_ops::sort_stable::call"]
 
 
 def test_guarded_methods_work_on_fake_mps_tensors_inside_the_scope_only():
@@ -177,6 +195,14 @@ def test_guarded_methods_work_on_fake_mps_tensors_inside_the_scope_only():
         target = tensor.clone()
         target[0] = 1.0
         target.copy_(tensor)
+        mask = tensor > 0
+        assert (~mask).dtype == torch.bool and (~mask).shape == (4, 6)
+        try:
+            ~tensor
+        except TypeError as error:  # as eager: ``~`` is for integers and bool only
+            assert "integer" in str(error)
+        else:
+            raise AssertionError("~ of a float tensor did not raise")
     with mode:
         try:
             tensor.t().contiguous()

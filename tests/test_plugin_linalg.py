@@ -134,6 +134,8 @@ def test_a_model_with_a_singular_matrix_raises_like_eager(metal_kernels):
     (lambda k: k[torch.ops.shimkit.cholesky.default](torch.zeros(2, 3)), r"shimkit::cholesky: A must be batches of"),
     (lambda k: k[torch.ops.shimkit.lu_solve.default](torch.eye(3), torch.ones(2, dtype=torch.int32),
                                                       torch.ones(3, 1), False), r"shimkit::lu_solve: expected LU"),
+    (lambda k: k[torch.ops.shimkit.lu_solve.default](torch.eye(3), torch.ones(3, dtype=torch.int64),
+                                                      torch.ones(3, 1), False), r"pivots must be int32"),
 ])
 def test_bad_arguments_name_the_op_and_argument(metal_kernels, call, message):
     with pytest.raises((ValueError, TypeError), match=message):
