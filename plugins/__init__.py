@@ -32,6 +32,7 @@ BUILTIN_MODULES = (
     "metal_generated",
     "linalg",
     "nonzero",
+    "random",
     "cuda_runtime",
     "core_passes",
 )

@@ -29,11 +29,11 @@ from shimkit.registry.errors import (
 from shimkit.registry.hookspecs import hookimpl, hookspec
 from shimkit.registry.manager import PluginProblem, PluginRegistry, PluginSource, Registered
 from shimkit.registry.ops import canonical_op_name, resolve_op, through_aten_composite
-from shimkit.registry.records import Kernel, MslKernel, OpCall, OpPlugin, PassSpec, Shim, as_call
+from shimkit.registry.records import Kernel, MslKernel, OpCall, OpPlugin, PassSpec, RandomReference, Shim, as_call
 
 __all__ = [
     "BackendConfig", "DecompositionDeclined", "DeviceCapabilities", "InvalidPluginRecord", "OpCall", "OpPlugin", "PassSpec",
     "PluginConflictError", "PluginLoadError", "PluginProblem", "PluginRegistry", "PluginSource",
-    "Kernel", "MslKernel", "Provision", "Registered", "Shim", "ShimkitPluginError", "UnknownOpError",
+    "Kernel", "MslKernel", "Provision", "RandomReference", "Registered", "Shim", "ShimkitPluginError", "UnknownOpError",
     "as_call", "canonical_op_name", "hookimpl", "hookspec", "resolve_op", "through_aten_composite",
 ]

@@ -310,6 +310,27 @@ class OpCall:
         object.__setattr__(self, "kwargs", dict(self.kwargs))
 
 
+@dataclass(frozen=True)
+class RandomReference:
+    """The reference of a random op: the eager op, whose values no other implementation can equal, only
+    draw alike. Called, it is ``function``; ``shimkit.testing`` checks implementations against it by
+    distribution (equal shapes and dtypes, then a two-sample Kolmogorov-Smirnov test over repeated calls)
+    instead of by value.
+
+    >>> RandomReference(torch.rand_like)(torch.zeros(2, 3)).shape
+    torch.Size([2, 3])
+    """
+
+    function: Callable[..., Any]
+
+    def __post_init__(self) -> None:
+        if not callable(self.function):
+            _fail("RandomReference", repr(self.function), "function must be the eager random op (a callable)")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(*args, **kwargs)
+
+
 def as_call(value: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``(args, kwargs)`` of what an input strategy yields: an :class:`OpCall` or a tuple of arguments."""
     if isinstance(value, OpCall):

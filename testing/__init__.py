@@ -25,7 +25,7 @@ _EXPORTS = {
                "graphs"),
     "properties": ("PropertyFailure", "apply", "assert_decomposition_dynamic", "assert_eliminates", "assert_idempotent",
                    "assert_matches_reference", "assert_meta_consistent", "assert_plugin_matches_reference",
-                   "assert_preserves_semantics", "meta_problems", "observe"),
+                   "assert_preserves_semantics", "assert_same_distribution", "meta_problems", "observe"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 

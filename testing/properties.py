@@ -20,7 +20,7 @@ import torch
 from torch.fx.passes.infra.pass_base import PassResult
 
 from shimkit.backend import get_registry
-from shimkit.registry import OpPlugin, as_call, canonical_op_name
+from shimkit.registry import OpPlugin, RandomReference, as_call, canonical_op_name
 from shimkit.testing.kernels import MSL_TORCH_DTYPES, msl_kernel
 
 
@@ -272,6 +272,78 @@ def assert_matches_reference(implementation: Callable, reference: Callable, args
         raise PropertyFailure(f"{failure}\n  arguments: ({_arguments_text(args, kwargs)})") from None
 
 
+def _fresh(value: Any) -> Any:
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
+def _ks_statistic(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest distance between the empirical CDFs of ``a`` and ``b`` (1-D, float64)."""
+    a, b = a.sort().values, b.sort().values
+    pooled = torch.cat([a, b])
+    cdf_a = torch.searchsorted(a, pooled, right=True).double() / a.numel()
+    cdf_b = torch.searchsorted(b, pooled, right=True).double() / b.numel()
+    return float((cdf_a - cdf_b).abs().max())
+
+
+def assert_same_distribution(implementation: Callable, reference: Callable, args: Sequence[Any],
+                             kwargs: Mapping[str, Any] | None = None, *, samples: int = 4096,
+                             significance: float = 1e-6, seed: int = 0) -> None:
+    """``implementation(*args, **kwargs)`` draws like the random op ``reference``: every call gives results
+    of the reference's shapes and dtypes, and the values, pooled over repeated calls until each side has
+    ``samples`` of them, pass a two-sample Kolmogorov-Smirnov test at ``significance`` (rejecting only a
+    distance above ``sqrt(-ln(significance / 2) / 2) * sqrt((n + m) / (n m))``; conservative for discrete
+    values). NaN must appear in both or neither. Torch's global RNG is seeded with ``seed`` for the check
+    and restored after it, so the outcome does not depend on what ran before.
+    """
+    import math
+
+    kwargs = dict(kwargs or {})
+    name = getattr(implementation, "__qualname__", repr(implementation))
+    drawn: dict[str, list[torch.Tensor]] = {"implementation": [], "reference": []}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for _ in range(samples):
+            expected = reference(*map(_fresh, args), **{k: _fresh(v) for k, v in kwargs.items()})
+            try:
+                actual = implementation(*map(_fresh, args), **{k: _fresh(v) for k, v in kwargs.items()})
+            except Exception as error:
+                raise PropertyFailure(f"{name} raised {_exception_text(error)} on "
+                                      f"({_arguments_text(args, kwargs)})") from error
+            expected_leaves, actual_leaves = _leaves(expected), _leaves(actual)
+            layouts = [(tuple(t.shape), t.dtype) for t in expected_leaves]
+            if [(tuple(t.shape), t.dtype) for t in actual_leaves] != layouts:
+                raise PropertyFailure(f"{name}: results {[(tuple(t.shape), t.dtype) for t in actual_leaves]} where "
+                                      f"the random reference gives {layouts}\n  arguments: "
+                                      f"({_arguments_text(args, kwargs)})")
+            drawn["reference"] += [t.detach().reshape(-1).double() for t in expected_leaves]
+            drawn["implementation"] += [t.detach().reshape(-1).double() for t in actual_leaves]
+            if sum(t.numel() for t in drawn["reference"]) >= samples or not sum(t.numel() for t in expected_leaves):
+                break
+    a, b = torch.cat(drawn["implementation"]), torch.cat(drawn["reference"])
+    if not a.numel():
+        return
+    if bool(a.isnan().any()) != bool(b.isnan().any()):
+        raise PropertyFailure(f"{name}: NaN in {'only the implementation' if a.isnan().any() else 'only the reference'}"
+                              f"\n  arguments: ({_arguments_text(args, kwargs)})")
+    a, b = a[~a.isnan()], b[~b.isnan()]
+    if not a.numel() or not b.numel():
+        return
+    distance = _ks_statistic(a, b)
+    critical = math.sqrt(-math.log(significance / 2) / 2) * math.sqrt((a.numel() + b.numel()) / (a.numel() * b.numel()))
+    if distance > critical:
+        raise PropertyFailure(f"{name}: values drawn unlike the reference's (Kolmogorov-Smirnov distance "
+                              f"{distance:.4f} > {critical:.4f} over {a.numel()} values; implementation "
+                              f"min/mean/max {a.min():.4g}/{a.mean():.4g}/{a.max():.4g}, reference "
+                              f"{b.min():.4g}/{b.mean():.4g}/{b.max():.4g})\n  arguments: "
+                              f"({_arguments_text(args, kwargs)})")
+
+
+def _leaves(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value] if isinstance(value, torch.Tensor) else []
+
+
 class _OpCall(torch.nn.Module):
     """``op`` called with the given non-tensor arguments and the module's tensor inputs in place."""
 
@@ -412,7 +484,8 @@ def assert_plugin_matches_reference(plugin: str | OpPlugin, *, kernels: Mapping[
     ``shimkit.metal`` in each of its dtypes, on the same inputs cast to that dtype, against the reference
     on those inputs: a plugin's Metal kernel is checked on Linux with no code of its own. An op the
     plugin declares ``generated_on`` Metal is checked the same way through the Metal code Inductor
-    writes for it (:func:`inductor_metal`).
+    writes for it (:func:`inductor_metal`). Against a :class:`~shimkit.registry.RandomReference` the
+    check is by distribution (:func:`assert_same_distribution`), at the drawn sizes only.
 
     Runs hypothesis itself under the loaded profile (or ``settings``): one line in a test.
     """
@@ -465,6 +538,9 @@ def assert_plugin_matches_reference(plugin: str | OpPlugin, *, kernels: Mapping[
     def check(case):
         (label, implementation, reference, _), (args, kwargs) = case
         try:
+            if isinstance(reference, RandomReference):
+                assert_same_distribution(implementation, reference, args, kwargs)
+                return
             assert_matches_reference(implementation, reference, args, kwargs, rtol=rtol, atol=atol)
             if dynamic and label.startswith(f"{record.name}: decomposition of "):
                 op = label.rsplit(" ", 1)[1]
