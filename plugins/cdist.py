@@ -1,5 +1,6 @@
 """``aten::_cdist_forward`` (``torch.cdist``) as ATen's own two forms: pairwise differences, or for the
-Euclidean distance the matrix product ATen switches to.
+Euclidean distance the matrix product ATen switches to; ``aten::_pdist_forward`` (``torch.pdist``) as the
+differences of the pairs of rows ``i < j``.
 
 Inductor has no lowering for ``_cdist_forward`` and falls back to ``at::_ops::_cdist_forward::call``,
 which ExecuTorch's Metal runtime lacks (found by the OpInfo sweep, docs/coverage.md). ATen computes
@@ -13,6 +14,12 @@ row count both forms are computed and the row counts select one at run time: no 
 Semantics kept from ATen: ``p == 0`` counts differing coordinates, ``p == inf`` takes the largest
 difference (skipping NaN, as ATen's comparison does), other ``p`` give ``sum(|d|^p)^(1/p)``; batch dims broadcast; no coordinates (``M == 0``)
 gives zeros; NaN propagates; half and bfloat16 are computed in float32 and rounded once.
+
+``pdist`` takes the same norms of ``x[i] - x[j]`` for the pairs in ``triu_indices(n, n, 1)`` order. The
+pairs are computed from the pair index, not listed: row ``i`` of pair ``k`` is
+``floor((2n - 1 - sqrt((2n - 1)^2 - 8k)) / 2)`` with the square root in float32 and the rest in exact
+int64, then moved by one where the exact row starts disagree (the float error is below one row for
+``n`` under a million), so the row count may be dynamic.
 """
 
 from __future__ import annotations
@@ -22,24 +29,32 @@ import math
 import torch
 
 from shimkit.plugins.shared import ACCUMULATE_IN_FLOAT32, float32_tensors
-from shimkit.registry import OpCall, OpPlugin, hookimpl, through_aten_composite
+from shimkit.registry import DecompositionDeclined, OpCall, OpPlugin, hookimpl, through_aten_composite
 
 CDIST_FORWARD = "aten::_cdist_forward.default"
 # torch.cdist reaches Inductor as this composite, expanded there into _cdist_forward.
 CDIST = "aten::cdist.default"
+PDIST_FORWARD = "aten::_pdist_forward.default"
+# torch.pdist reaches Inductor as this composite.
+PDIST = "aten::pdist.default"
 # ATen's use_mm_for_euclid_dist_if_necessary threshold on either operand's row count.
 _MM_ROWS = 25
 
 
 def _pairwise_norm(x1: torch.Tensor, x2: torch.Tensor, p: float) -> torch.Tensor:
-    difference = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs()  # (..., P, R, M)
+    return _norm_of_differences((x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs(), p)  # (..., P, R, M)
+
+
+def _norm_of_differences(difference: torch.Tensor, p: float, *, max_skips_nan: bool = True) -> torch.Tensor:
+    """ATen's ``p``-norm over the last dim of absolute differences. For ``p == inf`` cdist's running max
+    skips NaN (a scalar comparison with NaN is false) and pdist's vectorized one propagates it."""
     if p == 0:
         return difference.ceil().clamp(max=1).sum(-1)  # ATen's count: NaN propagates
     if p == math.inf:
-        # ATen's running max starts at 0 and skips NaN (a comparison with NaN is false); a zero column
-        # gives that start, and 0 without coordinates.
-        zero = torch.zeros((*difference.shape[:-1], 1), dtype=x1.dtype, device=x1.device)
-        difference = torch.where(difference.isnan(), zero, difference)
+        # Both maxima start at 0: a zero column gives that start, and 0 without coordinates.
+        zero = torch.zeros((*difference.shape[:-1], 1), dtype=difference.dtype, device=difference.device)
+        if max_skips_nan:
+            difference = torch.where(difference.isnan(), zero, difference)
         return torch.cat([difference, zero], -1).amax(-1)
     if p == 1:
         return difference.sum(-1)
@@ -90,6 +105,54 @@ def cdist_forward_decomposition(x1: torch.Tensor, x2: torch.Tensor, p: float,
     return distances.to(result_dtype)
 
 
+def upper_triangle_pairs(n: int | torch.SymInt, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.triu_indices(n, n, 1)`` as two int64 tensors, from the pair index (module docstring)."""
+    pairs = torch.arange(n * (n - 1) // 2, device=device)
+    # The size enters as a 0-d tensor: mixed into tensor arithmetic as a symbolic Python number, it would
+    # make fake kernels compare sizes.
+    span = torch.scalar_tensor(2 * n - 1, dtype=torch.int64, device=device)
+    discriminant = span * span - 8 * pairs
+    rows = ((span - discriminant.float().sqrt()) / 2).floor().long().clamp(min=0)
+
+    def first_pair(row):
+        return row * (span - row) // 2
+
+    rows = torch.where(first_pair(rows + 1) <= pairs, rows + 1, rows)
+    rows = torch.where(first_pair(rows) > pairs, rows - 1, rows)
+    return rows, pairs - first_pair(rows) + rows + 1
+
+
+def pdist_forward_decomposition(self: torch.Tensor, p: float = 2.0) -> torch.Tensor:
+    if self.dim() != 2:
+        raise RuntimeError(f"pdist only supports 2D tensors, got: {self.dim()}D")
+    if not self.is_floating_point():
+        raise RuntimeError(f"pdist only supports floating-point dtypes, got: {self.dtype}")
+    if p < 0:
+        raise RuntimeError(f"pdist only supports non-negative p values, got {p}")
+    n = self.shape[0]
+    if isinstance(n, torch.SymInt) and n.node.hint == 2:
+        raise DecompositionDeclined("pdist traced at an example of 2 rows: its one pair would make every "
+                                    "elementwise step specialise to size 1; export with another row count")
+    result_dtype = self.dtype
+    x = self.float() if result_dtype in ACCUMULATE_IN_FLOAT32 else self
+    rows, columns = upper_triangle_pairs(n, x.device)
+    return _norm_of_differences((x[rows] - x[columns]).abs(), p, max_skips_nan=False).to(result_dtype)
+
+
+def _pdist_forward_reference(x, p=2.0):
+    return torch.ops.aten._pdist_forward(x, p)
+
+
+def pdist_calls():
+    """``_pdist_forward(x, p)``: 0 to 30 rows, 0 to 4 coordinates, values with NaN and inf, every kind of p."""
+    from hypothesis import strategies as st
+
+    elements = st.floats(-4, 4, width=32) | st.sampled_from([float("nan"), float("inf")])
+    shapes = st.tuples(st.integers(0, 7) | st.integers(24, 30), st.integers(0, 4))
+    return st.builds(lambda x, p: OpCall((x, p)), shapes.flatmap(lambda shape: float32_tensors(shape, elements)),
+                     st.sampled_from([0.0, 1.0, 2.0, 3.0, 0.5, math.inf]))
+
+
 def _cdist_forward_reference(x1, x2, p, compute_mode=None):
     return torch.ops.aten._cdist_forward(x1, x2, p, compute_mode)
 
@@ -120,10 +183,14 @@ def cdist_calls():
 def shimkit_op_plugins():
     yield OpPlugin(
         name="cdist",
-        ops=(CDIST_FORWARD, CDIST),
-        decompositions={CDIST_FORWARD: cdist_forward_decomposition, CDIST: through_aten_composite(CDIST)},
-        references={CDIST_FORWARD: _cdist_forward_reference, CDIST: torch.ops.aten.cdist.default},
-        input_strategies={CDIST_FORWARD: cdist_calls, CDIST: cdist_calls},
+        ops=(CDIST_FORWARD, CDIST, PDIST_FORWARD, PDIST),
+        decompositions={CDIST_FORWARD: cdist_forward_decomposition, CDIST: through_aten_composite(CDIST),
+                        PDIST_FORWARD: pdist_forward_decomposition, PDIST: through_aten_composite(PDIST)},
+        references={CDIST_FORWARD: _cdist_forward_reference, CDIST: torch.ops.aten.cdist.default,
+                    PDIST_FORWARD: _pdist_forward_reference, PDIST: torch.ops.aten.pdist.default},
+        input_strategies={CDIST_FORWARD: cdist_calls, CDIST: cdist_calls, PDIST_FORWARD: pdist_calls,
+                          PDIST: pdist_calls},
         decomposition_devices=("mps",),
-        doc="_cdist_forward (torch.cdist) as ATen's pairwise-difference and matmul forms.",
+        doc="_cdist_forward (torch.cdist) as ATen's pairwise-difference and matmul forms; _pdist_forward "
+            "(torch.pdist) as the norms of the row differences i < j.",
     )

@@ -15,9 +15,9 @@ from shimkit.audit.loader import LoadedModel
 from shimkit.audit.runner import audit_loaded
 from shimkit.backend import backend_config
 from shimkit.passes import DecomposeInPlace
-from shimkit.plugins.cdist import cdist_forward_decomposition
+from shimkit.plugins.cdist import cdist_forward_decomposition, pdist_forward_decomposition, upper_triangle_pairs
 from shimkit.plugins.cumsum import cumsum_decomposition
-from shimkit.registry import through_aten_composite
+from shimkit.registry import DecompositionDeclined, through_aten_composite
 from shimkit.testing import assert_plugin_matches_reference
 
 OPS = {f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name: op for op in op_db}
@@ -38,6 +38,7 @@ SWEEP_GAPS = [
     ("masked_scatter", "at::_ops::masked_scatter::call"),
     ("nn.functional.bilinear", "at::_ops::_trilinear::call"),
     ("cdist", "at::_ops::_cdist_forward::call"),
+    ("nn.functional.pdist", "at::_ops::_pdist_forward::call"),
     ("nn.functional.adaptive_avg_pool3d", "at::_ops::_adaptive_avg_pool3d::call"),
     ("nn.functional.linear_cross_entropy.chunked", "torch_nn::_linear_cross_entropy_batch_chunked"),
     ("nn.functional.linear_cross_entropy.chunked_none", "torch_nn::_linear_cross_entropy_batch_chunked_no_reduction"),
@@ -150,3 +151,26 @@ def test_bilinear_declines_where_the_program_leaves_aligned_sizes_unrelated():
     DecomposeInPlace({torch.ops.aten._trilinear.default: trilinear_decomposition})(program)
     (node,) = [n for n in program.graph.nodes if n.target == torch.ops.aten._trilinear.default]
     assert "export them with one torch.export.Dim" in node.meta["shimkit_declined"]
+
+
+def test_pdist_pairs_are_triu_indices_from_the_pair_index_alone():
+    """Row of pair k by one float32 square root and an exact correction: equal to ATen's triu_indices
+    at every row count up to 300 and at 3000 (4.5 million pairs, where float32 alone is off by one)."""
+    for n in [*range(0, 301), 3000]:
+        rows, columns = upper_triangle_pairs(n, torch.device("cpu"))
+        assert torch.equal(torch.stack([rows, columns]), torch.triu_indices(n, n, 1)), n
+
+
+def test_pdist_on_opinfo_samples_and_under_a_dynamic_row_count():
+    for sample in OPS["nn.functional.pdist"].sample_inputs("cpu", torch.float32, requires_grad=False):
+        torch.testing.assert_close(pdist_forward_decomposition(sample.input, *sample.args),
+                                   torch.ops.aten._pdist_forward(sample.input, *sample.args), equal_nan=True)
+
+    # torch.export cannot export pdist at a dynamic row count (its meta's n (n - 1) / 2 breaks the symbolic
+    # printer); shimkit's property check traces the decomposition symbolically instead. At 2 rows the one pair
+    # would specialise every elementwise step to size 1: declined there, not wrong.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    assert make_fx(lambda x: pdist_forward_decomposition(x, 2.0), tracing_mode="symbolic")(torch.randn(5, 3)).graph
+    with pytest.raises(DecompositionDeclined, match="example of 2 rows"):
+        make_fx(lambda x: pdist_forward_decomposition(x, 2.0), tracing_mode="symbolic")(torch.randn(2, 3))
