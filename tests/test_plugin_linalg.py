@@ -37,7 +37,8 @@ def metal_kernels():
     """shimkit's linear-algebra ops as the Metal runtime runs them: the MSL kernels, through shimkit.metal."""
     return {torch.ops.shimkit.lu_factor.default: msl_kernel(linalg.LU_FACTOR_KERNEL, "float"),
             torch.ops.shimkit.lu_solve.default: msl_kernel(linalg.LU_SOLVE_KERNEL, "float"),
-            torch.ops.shimkit.cholesky.default: msl_kernel(linalg.CHOLESKY_KERNEL, "float")}
+            torch.ops.shimkit.cholesky.default: msl_kernel(linalg.CHOLESKY_KERNEL, "float"),
+            torch.ops.shimkit.eigh.default: msl_kernel(linalg.EIGH_KERNEL, "float")}
 
 
 class _Sample(torch.nn.Module):
@@ -81,6 +82,51 @@ def test_opinfo_samples_through_the_metal_kernels(name, metal_kernels):
         expected = op.op(sample.input, *sample.args, **sample.kwargs)
         torch.testing.assert_close(module(*tensors), expected, rtol=1e-4, atol=1e-4, equal_nan=True,
                                    msg=lambda m, s=sample: f"{name} on {s}: {m}")
+
+
+EIGEN_OPINFO_OPS = [("linalg.eigh", ""), ("linalg.eigvalsh", ""), ("linalg.matrix_rank", "hermitian")]
+
+
+@pytest.mark.parametrize("name, variant", EIGEN_OPINFO_OPS)
+def test_opinfo_eigen_samples_through_the_jacobi_kernel(name, variant, metal_kernels):
+    """PyTorch's samples (symmetric or not: only the triangle UPLO names is read) through the MSL Jacobi
+    kernel. Eigenvectors are compared as ATen's own tests compare them, A V = V diag(values) with V
+    orthonormal, and after bringing eager's to the canonical sign; eigenvalues and ranks directly."""
+    op = OPS[(name, variant)]
+    cases = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))
+    assert cases
+    for sample in cases:
+        module, tensors, called = _metal_program(op.op, sample, metal_kernels)
+        # ATen's matrix_rank answers an empty matrix without an eigen-decomposition.
+        assert torch.ops.shimkit.eigh.default in called or not sample.input.numel()
+        got, expected = module(*tensors), op.op(sample.input, *sample.args, **sample.kwargs)
+        if name != "linalg.eigh":
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4, msg=lambda m, s=sample: f"{s}: {m}")
+            continue
+        (values, vectors), uplo = got, sample.kwargs.get("UPLO", "L")
+        A = sample.input.tril() if uplo == "L" else sample.input.triu()
+        A = A + A.mT - A.diagonal(0, -2, -1).diag_embed()
+        scale = max(1.0, float(A.abs().max())) if A.numel() else 1.0
+        torch.testing.assert_close(values, expected.eigenvalues, rtol=1e-4, atol=1e-4 * scale)
+        torch.testing.assert_close(A @ vectors, vectors * values.unsqueeze(-2), rtol=0, atol=1e-4 * scale)
+        torch.testing.assert_close(vectors.mT @ vectors, torch.eye(A.shape[-1]).expand_as(A), rtol=0, atol=1e-5)
+        gaps = expected.eigenvalues.diff(dim=-1).abs()
+        if not gaps.numel() or float(gaps.min()) > 1e-2 * scale:  # distinct: unique up to sign
+            torch.testing.assert_close(vectors, linalg.canonical_signs(expected.eigenvectors), rtol=0, atol=1e-3)
+
+
+def test_eigh_reads_one_triangle_and_reports_non_finite_input_as_atens_error(metal_kernels):
+    eigh = metal_kernels[torch.ops.shimkit.eigh.default]
+    A = linalg._random_matrices((2,), 4, 4, seed=3)
+    values, _, info = eigh(A)
+    torch.testing.assert_close(values, torch.linalg.eigvalsh(A), rtol=1e-5, atol=1e-5)
+    A[1, 2, 0] = float("nan")  # read
+    A[0, 0, 3] = float("nan")  # the other triangle: ignored
+    assert eigh(A)[2].tolist() == torch.ops.shimkit.eigh(A)[2].tolist() == [0, 4]
+    with pytest.raises(RuntimeError, match=r"linalg.eigh: \(Batch element 1\): The algorithm failed to converge"):
+        linalg.eigh_decomposition(A)
+    with pytest.raises(RuntimeError, match="Expected UPLO argument to be 'L' or 'U', but got X"):
+        linalg.eigh_decomposition(A, "X")
 
 
 @pytest.mark.parametrize("api_name, info, is_matrix, message", [
@@ -169,7 +215,7 @@ def test_a_kernel_that_does_not_pivot_is_caught(tmp_path, register_plugin):
                                                                           deadline=None, database=None))
 
 
-@pytest.mark.parametrize("name", ["linalg.det", "linalg.solve", "linalg.cholesky"])
+@pytest.mark.parametrize("name", ["linalg.det", "linalg.solve", "linalg.cholesky", "linalg.eigh"])
 def test_the_sweep_finds_these_missing_stock_and_clean_with_shimkit(name):
     result = audit_op(name, "float32")
     assert (result.stock, result.shimkit) == ("missing", "clean"), result

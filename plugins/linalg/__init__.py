@@ -15,7 +15,15 @@ shims' prototypes), plus the elementwise arithmetic Inductor writes Metal code f
 - ``shimkit::lu_solve(LU, pivots, B, adjoint) -> X``: ``A X = B`` (or ``A^T X = B``) from that factorization;
 - ``shimkit::cholesky(A) -> (L, info)``: LAPACK ``potrf``'s lower factor of the lower triangle, upper
   triangle zero, ``info`` the order of the first leading minor that is not positive definite;
+- ``shimkit::eigh(A) -> (values, vectors, info)``: the eigenvalues (ascending) and eigenvectors of the
+  symmetric matrix given by A's lower triangle, each eigenvector's sign fixed so that its entry of largest
+  magnitude (the first such) is positive; ``info`` is ``n`` where the Jacobi iteration does not converge
+  (NaN or infinite entries);
 - ``shimkit::linalg_check_errors(info, api_name, is_matrix)``: ATen's error for a nonzero ``info``.
+
+Eigenvectors are unique only up to sign (LAPACK's choice differs between builds, and ATen's own tests
+compare them through ``A V = V diag(values)``): ``_linalg_eigh`` decomposed through ``shimkit::eigh`` returns
+the canonical sign on every device, and it is checked against ATen's result brought to that sign.
 
 The kernels (``kernel/*.metal``, one thread per matrix or per right-hand side: the small, batched matrices
 models carry) run on Linux through ``shimkit.metal`` against ``torch.linalg``; ``kernel/linalg_shim_mps.mm``
@@ -42,6 +50,7 @@ LU_FACTOR = "shimkit::lu_factor"
 LU_SOLVE = "shimkit::lu_solve"
 CHOLESKY = "shimkit::cholesky"
 CHECK_ERRORS = "shimkit::linalg_check_errors"
+EIGH = "shimkit::eigh"
 
 ATEN_LU_FACTOR = "aten::linalg_lu_factor_ex.default"
 ATEN_LU_SOLVE = "aten::linalg_lu_solve.default"
@@ -51,6 +60,7 @@ ATEN_DET = "aten::_linalg_det.default"
 ATEN_SLOGDET = "aten::_linalg_slogdet.default"
 ATEN_CHOLESKY = "aten::linalg_cholesky_ex.default"
 ATEN_CHECK_ERRORS = "aten::_linalg_check_errors.default"
+ATEN_EIGH = "aten::_linalg_eigh.default"
 
 
 def _batch(A: Tensor) -> tuple[int, ...]:
@@ -89,6 +99,29 @@ def cholesky(A: Tensor) -> tuple[Tensor, Tensor]:
 @cholesky.register_fake
 def _cholesky_fake(A: Tensor) -> tuple[Tensor, Tensor]:
     return A.new_empty(A.shape), A.new_empty(_batch(A), dtype=torch.int32)
+
+
+def canonical_signs(vectors: Tensor) -> Tensor:
+    """``vectors`` with each column negated where its entry of largest magnitude (the first such) is negative."""
+    if vectors.shape[-2] == 0:
+        return vectors
+    largest = vectors.abs().argmax(-2, keepdim=True)
+    return vectors * torch.where(vectors.gather(-2, largest) < 0, -1.0, 1.0).to(vectors.dtype)
+
+
+@torch.library.custom_op(EIGH, mutates_args=())
+def eigh(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    finite = A.tril().isfinite().flatten(-2).all(-1)
+    values, vectors = torch.linalg.eigh(torch.where(finite[..., None, None], A, 0.0), UPLO="L")
+    nan = torch.tensor(float("nan"), dtype=A.dtype)
+    info = torch.where(finite, 0, A.shape[-1]).to(torch.int32)
+    return (torch.where(finite[..., None], values, nan).contiguous(),
+            torch.where(finite[..., None, None], canonical_signs(vectors), nan).contiguous(), info.contiguous())
+
+
+@eigh.register_fake
+def _eigh_fake(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    return A.new_empty(A.shape[:-1]), A.new_empty(A.shape), A.new_empty(_batch(A), dtype=torch.int32)
 
 
 @torch.library.custom_op(CHECK_ERRORS, mutates_args=())
@@ -186,6 +219,31 @@ def slogdet_decomposition(A):
     return sign, diagonal.abs().log().sum(-1), LU, pivots
 
 
+def eigh_decomposition(A, UPLO="L", compute_v=True):
+    if UPLO not in ("L", "U"):
+        raise RuntimeError(f"Expected UPLO argument to be 'L' or 'U', but got {UPLO}")
+    # The upper triangle of A is the lower triangle of A^T: the same symmetric matrix.
+    values, vectors, info = torch.ops.shimkit.eigh((A if UPLO == "L" else A.mT).contiguous())
+    torch.ops.shimkit.linalg_check_errors(info, "linalg.eigh", A.dim() == 2)
+    return values, (vectors if compute_v else A.new_empty(0))
+
+
+def eigh_with_canonical_signs(A, UPLO="L", compute_v=True):
+    """ATen's ``_linalg_eigh`` with its eigenvectors brought to shimkit::eigh's canonical sign."""
+    values, vectors = torch.ops.aten._linalg_eigh(A, UPLO, compute_v)
+    return values, (canonical_signs(vectors) if compute_v else vectors)
+
+
+def linalg_eigh_decomposition(A, UPLO="L"):
+    # Directly, not through ATen's composite: that would give eager LAPACK's signs wherever it runs eagerly.
+    return eigh_decomposition(A, UPLO, True)
+
+
+def linalg_eigh_with_canonical_signs(A, UPLO="L"):
+    values, vectors = torch.linalg.eigh(A, UPLO)
+    return values, canonical_signs(vectors)
+
+
 def cholesky_ex_decomposition(A, *, upper=False, check_errors=False):
     # The upper factor reads A's upper triangle: it is the lower factor of A^T, transposed.
     L, info = torch.ops.shimkit.cholesky((A.mT if upper else A).contiguous())
@@ -250,6 +308,20 @@ def launch_cholesky(library, A: Tensor) -> tuple[Tensor, Tensor]:
     return L, info
 
 
+def launch_eigh(library, A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``shimkit::eigh`` through ``library``'s ``eigh_float``, as ``linalg_shim_mps.mm`` dispatches it: one
+    thread per matrix of a contiguous, square ``A``, with a scratch copy of each matrix."""
+    A = _float32_matrices("A", A, EIGH)
+    if A.shape[-2] != A.shape[-1]:
+        raise ValueError(f"{EIGH}: A must be batches of square matrices, got shape {tuple(A.shape)}")
+    values, vectors, info = _eigh_fake(A)
+    if vectors.numel():
+        library.eigh_float(values, vectors, info, torch.empty_like(A), A, A.shape[-1], threads=info.numel())
+    else:
+        info.zero_()
+    return values, vectors, info
+
+
 def _kernel(name: str, launch) -> Kernel:
     return Kernel(name=name, directory=str(KERNEL_DIR), runtime_sources=(f"{name}.metal", "linalg_shim_mps.mm"),
                   msl=MslKernel(source=f"{name}.metal", function=name, dtypes=("float",), launch=launch),
@@ -259,6 +331,7 @@ def _kernel(name: str, launch) -> Kernel:
 LU_FACTOR_KERNEL = _kernel("lu_factor", launch_lu_factor)
 LU_SOLVE_KERNEL = _kernel("lu_solve", launch_lu_solve)
 CHOLESKY_KERNEL = _kernel("cholesky", launch_cholesky)
+EIGH_KERNEL = _kernel("eigh", launch_eigh)
 # The info check reads `info` on the host and needs no MSL of its own.
 CHECK_ERRORS_KERNEL = Kernel(name="linalg_check_errors", directory=str(KERNEL_DIR),
                              runtime_sources=("linalg_shim_mps.mm",), uses_sdk=False)
@@ -276,6 +349,8 @@ SHIMS = (
     _shim(LU_SOLVE, "AtenTensorHandle LU, AtenTensorHandle pivots, AtenTensorHandle B, int32_t adjoint, "
           "AtenTensorHandle* ret0", LU_SOLVE_KERNEL),
     _shim(CHOLESKY, "AtenTensorHandle A, AtenTensorHandle* ret0, AtenTensorHandle* ret1", CHOLESKY_KERNEL),
+    _shim(EIGH, "AtenTensorHandle A, AtenTensorHandle* ret0, AtenTensorHandle* ret1, AtenTensorHandle* ret2",
+          EIGH_KERNEL),
     _shim(CHECK_ERRORS, "AtenTensorHandle info, const char* api_name, int32_t is_matrix", CHECK_ERRORS_KERNEL),
 )
 
@@ -316,6 +391,38 @@ def matrix_inputs(*, square=True, invertible=False, singular=True):
     zero_columns = st.none() | st.integers(0, 5) if singular and not invertible else st.none()
     matrices = st.tuples(_shapes(square=square), st.integers(0, 2**32 - 1), zero_columns).map(build)
     return matrices.filter(_well_conditioned) if invertible else matrices
+
+
+def symmetric_inputs():
+    """Random matrices whose lower (and upper) triangle gives a symmetric matrix with well-separated
+    eigenvalues (gaps above 1e-2 of the spectrum's scale): there each eigenvector is determined up to sign,
+    and float32 rounding moves it by far less than the check's tolerance. The other triangle is garbage
+    on purpose: it must not be read."""
+    from hypothesis import strategies as st
+
+    def build(shape_seed):
+        (batch, n, _), seed = shape_seed
+        A = _random_matrices(batch, n, n, seed)
+        return A + A.mT
+
+    def separated(A):
+        if A.shape[-1] < 2 or not A.numel():
+            return True
+        values = torch.linalg.eigvalsh(A.double())
+        scale = values.abs().amax(-1, keepdim=True).clamp(min=1)
+        return bool((values.diff(dim=-1) / scale > 1e-2).all())
+
+    def lower_only(A):
+        return A.tril() + torch.triu(torch.full_like(A, 7.0), 1)
+
+    return st.tuples(_shapes(), st.integers(0, 2**32 - 1)).map(build).filter(separated).map(lower_only)
+
+
+def eigh_calls():
+    from hypothesis import strategies as st
+
+    return st.builds(lambda A, upper, compute_v: (A.mT if upper else A, "U" if upper else "L", compute_v),
+                     symmetric_inputs(), st.booleans(), st.booleans())
 
 
 def positive_definite_inputs():
@@ -472,6 +579,8 @@ DECOMPOSITIONS = {
     ATEN_SLOGDET: (slogdet_decomposition, square_matrix_calls),
     ATEN_CHOLESKY: (cholesky_ex_decomposition, cholesky_calls),
     ATEN_CHECK_ERRORS: (check_errors_decomposition, check_errors_calls),
+    ATEN_EIGH: (eigh_decomposition, eigh_calls),
+    "aten::linalg_eigh.default": (linalg_eigh_decomposition, lambda: eigh_calls().map(lambda c: c[:2])),
 }
 
 # The CompositeImplicitAutograd ops models call. ExecuTorch's AOTI partitioner keeps them whole, so they
@@ -494,6 +603,9 @@ COMPOSITES = {
     .map(lambda c: (c.args[2], c.args[0], c.args[1])),
     "aten::linalg_tensorinv.default": tensorinv_calls,
     "aten::linalg_tensorsolve.default": tensorsolve_calls,
+    "aten::linalg_eigvalsh.default": lambda: eigh_calls().map(lambda c: c[:2]),
+    "aten::linalg_matrix_rank.atol_rtol_tensor": lambda: symmetric_inputs().map(
+        lambda A: OpCall((A,), {"hermitian": True})),
 }
 STATIC_COMPOSITES = ("aten::linalg_tensorinv.default", "aten::linalg_tensorsolve.default")
 
@@ -502,19 +614,22 @@ STATIC_COMPOSITES = ("aten::linalg_tensorinv.default", "aten::linalg_tensorsolve
 def shimkit_op_plugins():
     yield OpPlugin(
         name="linalg",
-        ops=(*DECOMPOSITIONS, *COMPOSITES, LU_FACTOR, LU_SOLVE, CHOLESKY, CHECK_ERRORS),
+        ops=(*DECOMPOSITIONS, *COMPOSITES, LU_FACTOR, LU_SOLVE, CHOLESKY, EIGH, CHECK_ERRORS),
         shims=SHIMS,
         decompositions={**{op: decomposition for op, (decomposition, _) in DECOMPOSITIONS.items()},
                         **{op: (_static_sizes_only(op) if op in STATIC_COMPOSITES else through_aten_composite(op))
                            for op in COMPOSITES}},
         decomposition_devices=("mps",),
         references={**{op: resolve_op(op) for op in (*DECOMPOSITIONS, *COMPOSITES)},
+                    ATEN_EIGH: eigh_with_canonical_signs,
+                    "aten::linalg_eigh.default": linalg_eigh_with_canonical_signs,
                     LU_FACTOR: torch.ops.shimkit.lu_factor.default, LU_SOLVE: torch.ops.shimkit.lu_solve.default,
-                    CHOLESKY: torch.ops.shimkit.cholesky.default},
+                    CHOLESKY: torch.ops.shimkit.cholesky.default, EIGH: torch.ops.shimkit.eigh.default},
         input_strategies={**{op: calls for op, (_, calls) in DECOMPOSITIONS.items()}, **COMPOSITES,
                           LU_FACTOR: lambda: matrix_inputs(square=False).map(lambda A: (A,)),
                           LU_SOLVE: lu_solve_kernel_calls,
-                          CHOLESKY: lambda: positive_definite_inputs().map(lambda A: (A,))},
-        doc="det, slogdet, inv, solve, cholesky, lu_factor and lu_solve on mps, through MSL LU and Cholesky "
-            "kernels (float32).",
+                          CHOLESKY: lambda: positive_definite_inputs().map(lambda A: (A,)),
+                          EIGH: lambda: symmetric_inputs().map(lambda A: (A,))},
+        doc="det, slogdet, inv, solve, cholesky, lu_factor, lu_solve, eigh and eigvalsh on mps, through MSL LU, "
+            "Cholesky and Jacobi eigenvalue kernels (float32).",
     )

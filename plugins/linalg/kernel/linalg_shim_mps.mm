@@ -1,6 +1,6 @@
 // The c-shims of shimkit's linear-algebra ops for ExecuTorch's Metal runtime: aoti_torch_mps_shimkit_lu_factor,
-// _lu_solve and _cholesky allocate their results and dispatch lu_factor.metal, lu_solve.metal and
-// cholesky.metal exactly as the plugin's launch_* functions do on Linux through shimkit.metal (where the
+// _lu_solve, _cholesky and _eigh allocate their results and dispatch lu_factor.metal, lu_solve.metal,
+// cholesky.metal and eigh.metal exactly as the plugin's launch_* functions do on Linux through shimkit.metal (where the
 // kernels are tested); aoti_torch_mps_shimkit_linalg_check_errors is ATen's _linalg_check_errors on the host.
 //
 // NOT COMPILED OR RUN ON LINUX, and not built or run by shimkit's CI (no Mac was available): it is written
@@ -20,6 +20,7 @@
 extern "C" const char shimkit_msl_source_lu_factor[];
 extern "C" const char shimkit_msl_source_lu_solve[];
 extern "C" const char shimkit_msl_source_cholesky[];
+extern "C" const char shimkit_msl_source_eigh[];
 
 namespace {
 
@@ -239,6 +240,60 @@ extern "C" AOTITorchError aoti_torch_mps_shimkit_cholesky(AOTITensorHandle A, AO
   }
   *ret0 = l;
   *ret1 = info;
+  return Error::Ok;
+}
+
+extern "C" AOTITorchError aoti_torch_mps_shimkit_eigh(AOTITensorHandle A, AOTITensorHandle* ret0,
+                                                      AOTITensorHandle* ret1, AOTITensorHandle* ret2) {
+  const char* shim = "aoti_torch_mps_shimkit_eigh";
+  if (A == nullptr || ret0 == nullptr || ret1 == nullptr || ret2 == nullptr) {
+    ET_LOG(Error, "%s: null tensor handle", shim);
+    return Error::InvalidArgument;
+  }
+  auto* input = reinterpret_cast<ETensor*>(A);
+  if (!check_matrices(shim, "A", *input)) return Error::InvalidArgument;
+  const int64_t n = input->size(input->dim() - 1);
+  if (input->size(input->dim() - 2) != n) {
+    ET_LOG(Error, "%s: A must be batches of square matrices", shim);
+    return Error::InvalidArgument;
+  }
+  std::vector<int64_t> matrices_shape(input->sizes().begin(), input->sizes().end());
+  std::vector<int64_t> batch(input->sizes().begin(), input->sizes().end() - 2);
+  std::vector<int64_t> values_shape(batch);
+  values_shape.push_back(n);
+  AOTITensorHandle values = nullptr, vectors = nullptr, info = nullptr, work = nullptr;
+  if (allocate(A, values_shape, kFloat, &values) != Error::Ok ||
+      allocate(A, matrices_shape, kFloat, &vectors) != Error::Ok || allocate(A, batch, kInt, &info) != Error::Ok ||
+      allocate(A, matrices_shape, kFloat, &work) != Error::Ok) {
+    release({values, vectors, info, work});
+    ET_LOG(Error, "%s: could not allocate the results", shim);
+    return Error::MemoryAllocationFailed;
+  }
+  const int64_t matrices = batch_count(*input, 2);
+  if (matrices > 0) {
+    auto kernel = kernel_of(shimkit_msl_source_eigh, "eigh_float");
+    if (!kernel) {
+      release({values, vectors, info, work});
+      ET_LOG(Error, "%s: the MSL library has no eigh_float", shim);
+      return Error::NotSupported;
+    }
+    kernel->runCommandBlock([&] {
+      kernel->startEncoding();
+      kernel->setArg(0, *reinterpret_cast<ETensor*>(values));
+      kernel->setArg(1, *reinterpret_cast<ETensor*>(vectors));
+      kernel->setArg(2, *reinterpret_cast<ETensor*>(info));
+      kernel->setArg(3, *reinterpret_cast<ETensor*>(work));
+      kernel->setArg(4, *input);
+      kernel->setArg(5, n);
+      kernel->dispatchSingle(static_cast<uint64_t>(matrices));
+    });
+    // The scratch matrices are freed below: the dispatch must be done with them first.
+    metal_api::synchronize_metal_stream();
+  }
+  release({work});
+  *ret0 = values;
+  *ret1 = vectors;
+  *ret2 = info;
   return Error::Ok;
 }
 
