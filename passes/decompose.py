@@ -186,6 +186,9 @@ class DecomposeInPlace(ShimkitPass):
             flat = [tensors[slot] if slot is not None else constant for slot, constant in zip(slots, constants)]
             args, kwargs = pytree.tree_unflatten(flat, spec)
             result = decomposition(*args, **kwargs)
+            if result is NotImplemented:  # torch's decomposition-table convention for "keep the op"
+                raise DecompositionDeclined(f"{getattr(decomposition, '__qualname__', decomposition)} returned "
+                                            f"NotImplemented")
             # A named tuple (torch's return_types) would be traced as a constructor call.
             return tuple(result) if isinstance(result, (tuple, list)) else result
 

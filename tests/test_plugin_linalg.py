@@ -15,7 +15,7 @@ import shimkit.plugins.linalg as linalg
 from shimkit.audit.coverage import audit_op
 from shimkit.backend import backend_config
 from shimkit.passes import DecomposeInPlace
-from shimkit.registry import Kernel, MslKernel, OpPlugin
+from shimkit.registry import DecompositionDeclined, Kernel, MslKernel, OpPlugin
 from shimkit.testing import PropertyFailure, assert_plugin_matches_reference
 from shimkit.testing.kernels import msl_kernel
 
@@ -38,7 +38,8 @@ def metal_kernels():
     return {torch.ops.shimkit.lu_factor.default: msl_kernel(linalg.LU_FACTOR_KERNEL, "float"),
             torch.ops.shimkit.lu_solve.default: msl_kernel(linalg.LU_SOLVE_KERNEL, "float"),
             torch.ops.shimkit.cholesky.default: msl_kernel(linalg.CHOLESKY_KERNEL, "float"),
-            torch.ops.shimkit.eigh.default: msl_kernel(linalg.EIGH_KERNEL, "float")}
+            torch.ops.shimkit.eigh.default: msl_kernel(linalg.EIGH_KERNEL, "float"),
+            torch.ops.shimkit.svd.default: msl_kernel(linalg.SVD_KERNEL, "float")}
 
 
 class _Sample(torch.nn.Module):
@@ -113,6 +114,60 @@ def test_opinfo_eigen_samples_through_the_jacobi_kernel(name, variant, metal_ker
         gaps = expected.eigenvalues.diff(dim=-1).abs()
         if not gaps.numel() or float(gaps.min()) > 1e-2 * scale:  # distinct: unique up to sign
             torch.testing.assert_close(vectors, linalg.canonical_signs(expected.eigenvectors), rtol=0, atol=1e-3)
+
+
+SVD_OPINFO_OPS = [("linalg.svdvals", ""), ("linalg.cond", ""), ("linalg.matrix_rank", ""), ("norm", "nuc"),
+                  ("pinverse", ""), ("linalg.svd", ""), ("svd", "")]
+
+
+@pytest.mark.parametrize("name, variant", SVD_OPINFO_OPS)
+def test_opinfo_svd_samples_through_the_jacobi_kernel(name, variant, metal_kernels):
+    """PyTorch's samples through the MSL one-sided Jacobi kernel. Singular vectors are compared as ATen's
+    tests compare them (A = U diag(S) Vh, orthonormal U and V) and, where the singular values are
+    distinct, with eager's brought to the canonical sign; everything else directly."""
+    op = OPS[(name, variant)]
+    cases = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))
+    assert cases
+    for sample in cases:
+        full = sample.kwargs.get("full_matrices", True) if name == "linalg.svd" else not sample.kwargs.get("some", True)
+        if full and name in ("linalg.svd", "svd") and sample.input.shape[-2] != sample.input.shape[-1]:
+            with pytest.raises(DecompositionDeclined, match="full_matrices=True"):  # the basis is not unique
+                linalg.svd_decomposition(sample.input, True)
+            continue
+        module, tensors, called = _metal_program(op.op, sample, metal_kernels)
+        assert torch.ops.shimkit.svd.default in called or not sample.input.numel()
+        got, expected = module(*tensors), op.op(sample.input, *sample.args, **sample.kwargs)
+        if name not in ("linalg.svd", "svd"):
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4, msg=lambda m, s=sample: f"{s}: {m}")
+            continue
+        U, S, V = got
+        Vh = V.mT if name == "svd" else V
+        A = sample.input
+        k = min(A.shape[-2:])
+        scale = max(1.0, float(A.abs().max())) if A.numel() else 1.0
+        torch.testing.assert_close(S, expected[1], rtol=1e-4, atol=1e-4 * scale)
+        torch.testing.assert_close(U[..., :k] * S.unsqueeze(-2) @ Vh[..., :k, :], A, rtol=0, atol=1e-4 * scale)
+        for Q in (U, Vh.mT):
+            torch.testing.assert_close(Q.mT @ Q, torch.eye(Q.shape[-1]).expand(*Q.shape[:-2], -1, -1), rtol=0,
+                                       atol=1e-5)
+
+
+def test_svd_of_a_rank_deficient_matrix_keeps_u_orthonormal(metal_kernels):
+    svd = metal_kernels[torch.ops.shimkit.svd.default]
+    A = linalg._random_matrices((2,), 6, 4, seed=5)
+    A[0, :, 2] = 0
+    A[1] = 0
+    U, S, Vh, info = svd(A)
+    assert info.tolist() == [0, 0] and S[0, -1] == 0 and (S[1] == 0).all()
+    torch.testing.assert_close(U.mT @ U, torch.eye(4).expand(2, 4, 4), rtol=0, atol=1e-6)
+    torch.testing.assert_close(U * S.unsqueeze(-2) @ Vh, A, rtol=0, atol=1e-5)
+    torch.testing.assert_close(S, torch.linalg.svdvals(A), rtol=1e-5, atol=1e-5)
+    A[0, 1, 1] = float("inf")
+    assert svd(A)[3].tolist() == torch.ops.shimkit.svd(A)[3].tolist() == [4, 0]
+    with pytest.raises(RuntimeError, match=r"linalg.svd: \(Batch element 0\): The algorithm failed to converge"):
+        linalg.svd_decomposition(A)
+    with pytest.raises(Exception, match="full_matrices=True on a matrix that may not be square"):
+        linalg.svd_decomposition(A, True)
 
 
 def test_eigh_reads_one_triangle_and_reports_non_finite_input_as_atens_error(metal_kernels):
@@ -215,7 +270,8 @@ def test_a_kernel_that_does_not_pivot_is_caught(tmp_path, register_plugin):
                                                                           deadline=None, database=None))
 
 
-@pytest.mark.parametrize("name", ["linalg.det", "linalg.solve", "linalg.cholesky", "linalg.eigh"])
+@pytest.mark.parametrize("name", ["linalg.det", "linalg.solve", "linalg.cholesky", "linalg.eigh", "linalg.svd",
+                                  "pinverse"])
 def test_the_sweep_finds_these_missing_stock_and_clean_with_shimkit(name):
     result = audit_op(name, "float32")
     assert (result.stock, result.shimkit) == ("missing", "clean"), result

@@ -19,11 +19,17 @@ shims' prototypes), plus the elementwise arithmetic Inductor writes Metal code f
   symmetric matrix given by A's lower triangle, each eigenvector's sign fixed so that its entry of largest
   magnitude (the first such) is positive; ``info`` is ``n`` where the Jacobi iteration does not converge
   (NaN or infinite entries);
+- ``shimkit::svd(A) -> (U, S, Vh, info)``: the thin SVD of a tall matrix (``m >= n``; the decomposition
+  hands a wide one over transposed), singular values descending, each column of ``U`` with its entry of
+  largest magnitude positive (``Vh``'s rows signed to match), ``U`` completed to orthonormal columns where
+  a singular value is zero; ``info`` is ``n`` for non-finite input;
 - ``shimkit::linalg_check_errors(info, api_name, is_matrix)``: ATen's error for a nonzero ``info``.
 
 Eigenvectors are unique only up to sign (LAPACK's choice differs between builds, and ATen's own tests
 compare them through ``A V = V diag(values)``): ``_linalg_eigh`` decomposed through ``shimkit::eigh`` returns
-the canonical sign on every device, and it is checked against ATen's result brought to that sign.
+the canonical sign on every device, and it is checked against ATen's result brought to that sign; so do
+singular vectors through ``shimkit::svd``. ``full_matrices=True`` is decomposed for square matrices only (the
+completed basis of a non-square one is not unique): declined, not different, elsewhere.
 
 The kernels (``kernel/*.metal``, one thread per matrix or per right-hand side: the small, batched matrices
 models carry) run on Linux through ``shimkit.metal`` against ``torch.linalg``; ``kernel/linalg_shim_mps.mm``
@@ -51,6 +57,7 @@ LU_SOLVE = "shimkit::lu_solve"
 CHOLESKY = "shimkit::cholesky"
 CHECK_ERRORS = "shimkit::linalg_check_errors"
 EIGH = "shimkit::eigh"
+SVD = "shimkit::svd"
 
 ATEN_LU_FACTOR = "aten::linalg_lu_factor_ex.default"
 ATEN_LU_SOLVE = "aten::linalg_lu_solve.default"
@@ -61,6 +68,7 @@ ATEN_SLOGDET = "aten::_linalg_slogdet.default"
 ATEN_CHOLESKY = "aten::linalg_cholesky_ex.default"
 ATEN_CHECK_ERRORS = "aten::_linalg_check_errors.default"
 ATEN_EIGH = "aten::_linalg_eigh.default"
+ATEN_SVD = "aten::_linalg_svd.default"
 
 
 def _batch(A: Tensor) -> tuple[int, ...]:
@@ -122,6 +130,35 @@ def eigh(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 @eigh.register_fake
 def _eigh_fake(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return A.new_empty(A.shape[:-1]), A.new_empty(A.shape), A.new_empty(_batch(A), dtype=torch.int32)
+
+
+def canonical_svd_signs(U: Tensor, S: Tensor, Vh: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Each pair of singular vectors signed so that the column of ``U`` has its entry of largest magnitude
+    (the first such) positive; ``U`` has at least as many columns as ``Vh`` has rows."""
+    k = Vh.shape[-2]
+    if U.shape[-2] == 0 or k == 0:
+        return U, S, Vh
+    largest = U[..., :k].abs().argmax(-2, keepdim=True)
+    signs = torch.where(U[..., :k].gather(-2, largest) < 0, -1.0, 1.0).to(U.dtype)  # [..., 1, k]
+    return torch.cat([U[..., :k] * signs, U[..., k:]], -1), S, Vh * signs.mT
+
+
+@torch.library.custom_op(SVD, mutates_args=())
+def svd(A: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    finite = A.isfinite().flatten(-2).all(-1)
+    U, S, Vh = torch.linalg.svd(torch.where(finite[..., None, None], A, 0.0), full_matrices=False)
+    U, S, Vh = canonical_svd_signs(U, S, Vh)
+    info = torch.where(finite, 0, A.shape[-1]).to(torch.int32)
+    nan = torch.tensor(float("nan"), dtype=A.dtype)
+    return (torch.where(finite[..., None, None], U, nan).contiguous(), torch.where(finite[..., None], S, nan).contiguous(),
+            torch.where(finite[..., None, None], Vh, nan).contiguous(), info.contiguous())
+
+
+@svd.register_fake
+def _svd_fake(A: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    n = A.shape[-1]
+    return (A.new_empty(A.shape), A.new_empty((*_batch(A), n)), A.new_empty((*_batch(A), n, n)),
+            A.new_empty(_batch(A), dtype=torch.int32))
 
 
 @torch.library.custom_op(CHECK_ERRORS, mutates_args=())
@@ -244,6 +281,88 @@ def linalg_eigh_with_canonical_signs(A, UPLO="L"):
     return values, canonical_signs(vectors)
 
 
+def svd_decomposition(A, full_matrices=False, compute_uv=True, *, driver=None):
+    m, n = A.shape[-2], A.shape[-1]
+    if compute_uv and full_matrices and not statically_known_true(sym_eq(m, n)):
+        raise DecompositionDeclined("full_matrices=True on a matrix that may not be square: the completed basis "
+                                    "is not unique, and only the thin SVD has a Metal kernel")
+    if statically_known_true(m >= n):
+        tall = True
+    elif statically_known_true(m < n):
+        tall = False
+    else:
+        raise DecompositionDeclined("cannot tell without a guard whether the matrix is tall or wide")
+    U, S, Vh, info = torch.ops.shimkit.svd((A if tall else A.mT).contiguous())
+    torch.ops.shimkit.linalg_check_errors(info, "linalg.svd", A.dim() == 2)
+    if not compute_uv:
+        return A.new_empty(0), S, A.new_empty(0)
+    if not tall:  # A^T = U' S Vh' gives A = Vh'^T S U'^T
+        U, Vh = Vh.mT, U.mT
+    return canonical_svd_signs(U, S, Vh)
+
+
+def svd_with_canonical_signs(A, full_matrices=False, compute_uv=True, *, driver=None):
+    """ATen's ``_linalg_svd`` with its singular vectors brought to shimkit::svd's canonical sign."""
+    U, S, Vh = torch.ops.aten._linalg_svd(A, full_matrices, compute_uv, driver=driver)
+    return canonical_svd_signs(U, S, Vh) if compute_uv else (U, S, Vh)
+
+
+def linalg_svd_decomposition(A, full_matrices=True, *, driver=None):
+    # Directly, not through ATen's composite: that would give eager LAPACK's signs wherever it runs eagerly.
+    return svd_decomposition(A, full_matrices, True, driver=driver)
+
+
+def linalg_svd_with_canonical_signs(A, full_matrices=True, *, driver=None):
+    return svd_with_canonical_signs(A, full_matrices, True, driver=driver)
+
+
+def torch_svd_decomposition(A, some=True, compute_uv=True):
+    """``torch.svd``: V rather than Vh, and zero-filled square U and V without ``compute_uv``."""
+    if not compute_uv:
+        S = svd_decomposition(A, False, False)[1]
+        m, n = A.shape[-2], A.shape[-1]
+        return A.new_zeros((*A.shape[:-2], m, m)), S, A.new_zeros((*A.shape[:-2], n, n))
+    U, S, Vh = svd_decomposition(A, not some, True)
+    return U, S, Vh.mT
+
+
+def pinv_decomposition(A, atol=None, rtol=None, hermitian=False):
+    """ATen's ``linalg_pinv`` (LinearAlgebra.cpp), through shimkit::svd, or shimkit::eigh when ``hermitian``.
+    ATen computes the tolerances in float64, which Metal lacks: here they are float32, so a singular value
+    within float32 rounding of the cut-off may fall on the other side."""
+    m, n = A.shape[-2], A.shape[-1]
+    default_rtol = torch.finfo(A.dtype).eps * torch.sym_max(m, n)
+    atol_ = torch.zeros((), dtype=A.dtype, device=A.device) if atol is None else atol.to(A.dtype)
+    if rtol is not None:
+        rtol_ = rtol.to(A.dtype)
+    elif atol is not None:
+        rtol_ = torch.where(atol > 0, 0.0, default_rtol).to(A.dtype)
+    else:
+        rtol_ = torch.full((), default_rtol, dtype=A.dtype, device=A.device)
+    if hermitian:
+        if not statically_known_true(sym_eq(m, n)):
+            raise DecompositionDeclined("linalg_pinv(hermitian=True) of a matrix not known to be square")
+        S, U = eigh_decomposition(A)
+        S_abs = S.abs()
+        # The largest |eigenvalue|, 0 for an empty matrix (0 is below every |eigenvalue|).
+        largest = torch.cat([S_abs, S_abs.new_zeros((*S_abs.shape[:-1], 1))], -1).amax(-1, keepdim=True)
+        tol = torch.maximum(atol_.unsqueeze(-1), rtol_.unsqueeze(-1) * largest)
+        inverse = torch.where(S_abs > tol, S.reciprocal(), 0.0)
+        return (U * inverse.unsqueeze(-2)) @ U.mT
+    U, S, Vh = svd_decomposition(A, False)
+    tol = torch.maximum(atol_.unsqueeze(-1), rtol_.unsqueeze(-1) * S[..., :1])
+    inverse = torch.where(S > tol, S.reciprocal(), 0.0)
+    return Vh.mT @ (inverse.unsqueeze(-1) * U.mT)
+
+
+def torch_svd_with_canonical_signs(A, some=True, compute_uv=True):
+    U, S, V = torch.svd(A, some=some, compute_uv=compute_uv)
+    if not compute_uv:
+        return U, S, V
+    U, S, Vh = canonical_svd_signs(U, S, V.mT)
+    return U, S, Vh.mT
+
+
 def cholesky_ex_decomposition(A, *, upper=False, check_errors=False):
     # The upper factor reads A's upper triangle: it is the lower factor of A^T, transposed.
     L, info = torch.ops.shimkit.cholesky((A.mT if upper else A).contiguous())
@@ -322,6 +441,24 @@ def launch_eigh(library, A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return values, vectors, info
 
 
+def launch_svd(library, A: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``shimkit::svd`` through ``library``'s ``svd_float``, as ``linalg_shim_mps.mm`` dispatches it: one thread
+    per matrix of a contiguous, tall (``m >= n``) ``A``."""
+    A = _float32_matrices("A", A, SVD)
+    m, n = A.shape[-2:]
+    if m < n:
+        raise ValueError(f"{SVD}: A must be tall (m >= n; pass a wide matrix transposed), got shape "
+                         f"{tuple(A.shape)}")
+    U, S, Vh, info = _svd_fake(A)
+    if U.numel() and n:
+        library.svd_float(U, S, Vh, info, A, m, n, threads=info.numel())
+    else:
+        info.zero_()
+        S.zero_()
+        Vh.copy_(torch.eye(n).expand_as(Vh))
+    return U, S, Vh, info
+
+
 def _kernel(name: str, launch) -> Kernel:
     return Kernel(name=name, directory=str(KERNEL_DIR), runtime_sources=(f"{name}.metal", "linalg_shim_mps.mm"),
                   msl=MslKernel(source=f"{name}.metal", function=name, dtypes=("float",), launch=launch),
@@ -332,6 +469,7 @@ LU_FACTOR_KERNEL = _kernel("lu_factor", launch_lu_factor)
 LU_SOLVE_KERNEL = _kernel("lu_solve", launch_lu_solve)
 CHOLESKY_KERNEL = _kernel("cholesky", launch_cholesky)
 EIGH_KERNEL = _kernel("eigh", launch_eigh)
+SVD_KERNEL = _kernel("svd", launch_svd)
 # The info check reads `info` on the host and needs no MSL of its own.
 CHECK_ERRORS_KERNEL = Kernel(name="linalg_check_errors", directory=str(KERNEL_DIR),
                              runtime_sources=("linalg_shim_mps.mm",), uses_sdk=False)
@@ -351,6 +489,8 @@ SHIMS = (
     _shim(CHOLESKY, "AtenTensorHandle A, AtenTensorHandle* ret0, AtenTensorHandle* ret1", CHOLESKY_KERNEL),
     _shim(EIGH, "AtenTensorHandle A, AtenTensorHandle* ret0, AtenTensorHandle* ret1, AtenTensorHandle* ret2",
           EIGH_KERNEL),
+    _shim(SVD, "AtenTensorHandle A, AtenTensorHandle* ret0, AtenTensorHandle* ret1, AtenTensorHandle* ret2, "
+          "AtenTensorHandle* ret3", SVD_KERNEL),
     _shim(CHECK_ERRORS, "AtenTensorHandle info, const char* api_name, int32_t is_matrix", CHECK_ERRORS_KERNEL),
 )
 
@@ -423,6 +563,39 @@ def eigh_calls():
 
     return st.builds(lambda A, upper, compute_v: (A.mT if upper else A, "U" if upper else "L", compute_v),
                      symmetric_inputs(), st.booleans(), st.booleans())
+
+
+def _full_rank(A: Tensor) -> bool:
+    """Singular values apart from 0 and from each other: each pair of singular vectors then determined up
+    to sign, and moved by float32 rounding far less than the check's tolerance."""
+    if min(A.shape[-2:]) == 0:
+        return True
+    values = torch.linalg.svdvals(A.double())
+    scale = values.amax(-1, keepdim=True).clamp(min=1)
+    return bool((values / scale > 1e-2).all() and (-values.diff(dim=-1) / scale > 1e-2).all())
+
+
+def svd_calls():
+    from hypothesis import strategies as st
+
+    return st.builds(lambda A, full, compute_uv: (A, full and A.shape[-2] == A.shape[-1], compute_uv),
+                     matrix_inputs(square=False, singular=False).filter(_full_rank), st.booleans(), st.booleans())
+
+
+def pinv_calls():
+    from hypothesis import strategies as st
+
+    general = matrix_inputs(square=False).map(lambda A: OpCall((A,), {}))
+    hermitian = symmetric_inputs().map(lambda A: A.tril() + A.tril(-1).mT).map(lambda A: OpCall((A,), {"hermitian": True}))
+    with_tolerances = st.builds(lambda A, atol, rtol: OpCall((A,), {"atol": atol, "rtol": rtol}),
+                                matrix_inputs(square=False), st.none() | st.sampled_from([0.0, 0.5]).map(torch.tensor),
+                                st.none() | st.sampled_from([0.0, 0.1]).map(torch.tensor))
+    return general | hermitian | with_tolerances
+
+
+def tall_matrix_inputs():
+    return matrix_inputs(square=False, singular=False).map(lambda A: A if A.shape[-2] >= A.shape[-1] else A.mT) \
+        .filter(_full_rank)
 
 
 def positive_definite_inputs():
@@ -581,7 +754,16 @@ DECOMPOSITIONS = {
     ATEN_CHECK_ERRORS: (check_errors_decomposition, check_errors_calls),
     ATEN_EIGH: (eigh_decomposition, eigh_calls),
     "aten::linalg_eigh.default": (linalg_eigh_decomposition, lambda: eigh_calls().map(lambda c: c[:2])),
+    ATEN_SVD: (svd_decomposition, svd_calls),
+    "aten::linalg_svd.default": (linalg_svd_decomposition, lambda: svd_calls().map(lambda c: c[:2])),
+    "aten::linalg_pinv.atol_rtol_tensor": (pinv_decomposition, lambda: pinv_calls()),
+    "aten::svd.default": (torch_svd_decomposition,
+                          lambda: svd_calls().map(lambda c: (c[0], not c[1] or c[0].shape[-2] == c[0].shape[-1],
+                                                             c[2]))),
 }
+SINGULAR_VECTOR_REFERENCES = {ATEN_SVD: svd_with_canonical_signs,
+                              "aten::linalg_svd.default": linalg_svd_with_canonical_signs,
+                              "aten::svd.default": torch_svd_with_canonical_signs}
 
 # The CompositeImplicitAutograd ops models call. ExecuTorch's AOTI partitioner keeps them whole, so they
 # reach the backend as themselves and Inductor would expand them after shimkit's passes: each is expanded
@@ -605,7 +787,13 @@ COMPOSITES = {
     "aten::linalg_tensorsolve.default": tensorsolve_calls,
     "aten::linalg_eigvalsh.default": lambda: eigh_calls().map(lambda c: c[:2]),
     "aten::linalg_matrix_rank.atol_rtol_tensor": lambda: symmetric_inputs().map(
-        lambda A: OpCall((A,), {"hermitian": True})),
+        lambda A: OpCall((A,), {"hermitian": True})) | matrix_inputs(square=False).map(lambda A: (A,)),
+    "aten::linalg_matrix_rank.atol_rtol_float": lambda: matrix_inputs(square=False).map(
+        lambda A: OpCall((A,), {"atol": None, "rtol": 0.1})),
+    "aten::linalg_svdvals.default": lambda: matrix_inputs(square=False).map(lambda A: (A,)),
+    "aten::linalg_cond.default": lambda: matrix_inputs(invertible=True).map(lambda A: (A,)),
+    "aten::linalg_matrix_norm.str_ord": lambda: matrix_inputs(square=False).map(lambda A: (A, "nuc")),
+    "aten::pinverse.default": lambda: matrix_inputs(square=False).filter(_full_rank).map(lambda A: (A,)),
 }
 STATIC_COMPOSITES = ("aten::linalg_tensorinv.default", "aten::linalg_tensorsolve.default")
 
@@ -614,22 +802,24 @@ STATIC_COMPOSITES = ("aten::linalg_tensorinv.default", "aten::linalg_tensorsolve
 def shimkit_op_plugins():
     yield OpPlugin(
         name="linalg",
-        ops=(*DECOMPOSITIONS, *COMPOSITES, LU_FACTOR, LU_SOLVE, CHOLESKY, EIGH, CHECK_ERRORS),
+        ops=(*DECOMPOSITIONS, *COMPOSITES, LU_FACTOR, LU_SOLVE, CHOLESKY, EIGH, SVD, CHECK_ERRORS),
         shims=SHIMS,
         decompositions={**{op: decomposition for op, (decomposition, _) in DECOMPOSITIONS.items()},
                         **{op: (_static_sizes_only(op) if op in STATIC_COMPOSITES else through_aten_composite(op))
                            for op in COMPOSITES}},
         decomposition_devices=("mps",),
         references={**{op: resolve_op(op) for op in (*DECOMPOSITIONS, *COMPOSITES)},
-                    ATEN_EIGH: eigh_with_canonical_signs,
+                    ATEN_EIGH: eigh_with_canonical_signs, **SINGULAR_VECTOR_REFERENCES,
                     "aten::linalg_eigh.default": linalg_eigh_with_canonical_signs,
                     LU_FACTOR: torch.ops.shimkit.lu_factor.default, LU_SOLVE: torch.ops.shimkit.lu_solve.default,
-                    CHOLESKY: torch.ops.shimkit.cholesky.default, EIGH: torch.ops.shimkit.eigh.default},
+                    CHOLESKY: torch.ops.shimkit.cholesky.default, EIGH: torch.ops.shimkit.eigh.default,
+                    SVD: torch.ops.shimkit.svd.default},
         input_strategies={**{op: calls for op, (_, calls) in DECOMPOSITIONS.items()}, **COMPOSITES,
                           LU_FACTOR: lambda: matrix_inputs(square=False).map(lambda A: (A,)),
                           LU_SOLVE: lu_solve_kernel_calls,
                           CHOLESKY: lambda: positive_definite_inputs().map(lambda A: (A,)),
-                          EIGH: lambda: symmetric_inputs().map(lambda A: (A,))},
-        doc="det, slogdet, inv, solve, cholesky, lu_factor, lu_solve, eigh and eigvalsh on mps, through MSL LU, "
-            "Cholesky and Jacobi eigenvalue kernels (float32).",
+                          EIGH: lambda: symmetric_inputs().map(lambda A: (A,)),
+                          SVD: lambda: tall_matrix_inputs().map(lambda A: (A,))},
+        doc="det, slogdet, inv, solve, cholesky, lu_factor, lu_solve, eigh, svd and what builds on them on mps, "
+            "through MSL LU, Cholesky, Jacobi eigenvalue and one-sided Jacobi SVD kernels (float32).",
     )

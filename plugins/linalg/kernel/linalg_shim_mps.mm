@@ -1,6 +1,6 @@
 // The c-shims of shimkit's linear-algebra ops for ExecuTorch's Metal runtime: aoti_torch_mps_shimkit_lu_factor,
-// _lu_solve, _cholesky and _eigh allocate their results and dispatch lu_factor.metal, lu_solve.metal,
-// cholesky.metal and eigh.metal exactly as the plugin's launch_* functions do on Linux through shimkit.metal (where the
+// _lu_solve, _cholesky, _eigh and _svd allocate their results and dispatch lu_factor.metal, lu_solve.metal,
+// cholesky.metal, eigh.metal and svd.metal exactly as the plugin's launch_* functions do on Linux through shimkit.metal (where the
 // kernels are tested); aoti_torch_mps_shimkit_linalg_check_errors is ATen's _linalg_check_errors on the host.
 //
 // NOT COMPILED OR RUN ON LINUX, and not built or run by shimkit's CI (no Mac was available): it is written
@@ -13,6 +13,7 @@
 #include <executorch/backends/apple/metal/runtime/shims/et_metal.h>
 #include <executorch/backends/apple/metal/runtime/shims/memory.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@ extern "C" const char shimkit_msl_source_lu_factor[];
 extern "C" const char shimkit_msl_source_lu_solve[];
 extern "C" const char shimkit_msl_source_cholesky[];
 extern "C" const char shimkit_msl_source_eigh[];
+extern "C" const char shimkit_msl_source_svd[];
 
 namespace {
 
@@ -294,6 +296,71 @@ extern "C" AOTITorchError aoti_torch_mps_shimkit_eigh(AOTITensorHandle A, AOTITe
   *ret0 = values;
   *ret1 = vectors;
   *ret2 = info;
+  return Error::Ok;
+}
+
+extern "C" AOTITorchError aoti_torch_mps_shimkit_svd(AOTITensorHandle A, AOTITensorHandle* ret0,
+                                                     AOTITensorHandle* ret1, AOTITensorHandle* ret2,
+                                                     AOTITensorHandle* ret3) {
+  const char* shim = "aoti_torch_mps_shimkit_svd";
+  if (A == nullptr || ret0 == nullptr || ret1 == nullptr || ret2 == nullptr || ret3 == nullptr) {
+    ET_LOG(Error, "%s: null tensor handle", shim);
+    return Error::InvalidArgument;
+  }
+  auto* input = reinterpret_cast<ETensor*>(A);
+  if (!check_matrices(shim, "A", *input)) return Error::InvalidArgument;
+  const int64_t m = input->size(input->dim() - 2);
+  const int64_t n = input->size(input->dim() - 1);
+  if (m < n) {
+    ET_LOG(Error, "%s: A must be tall (m >= n); the decomposition passes a wide matrix transposed", shim);
+    return Error::InvalidArgument;
+  }
+  std::vector<int64_t> batch(input->sizes().begin(), input->sizes().end() - 2);
+  std::vector<int64_t> u_shape(input->sizes().begin(), input->sizes().end());
+  std::vector<int64_t> s_shape(batch), vh_shape(batch);
+  s_shape.push_back(n);
+  vh_shape.push_back(n);
+  vh_shape.push_back(n);
+  AOTITensorHandle u = nullptr, s = nullptr, vh = nullptr, info = nullptr;
+  if (allocate(A, u_shape, kFloat, &u) != Error::Ok || allocate(A, s_shape, kFloat, &s) != Error::Ok ||
+      allocate(A, vh_shape, kFloat, &vh) != Error::Ok || allocate(A, batch, kInt, &info) != Error::Ok) {
+    release({u, s, vh, info});
+    ET_LOG(Error, "%s: could not allocate the results", shim);
+    return Error::MemoryAllocationFailed;
+  }
+  const int64_t matrices = batch_count(*input, 2);
+  if (matrices > 0 && m > 0 && n > 0) {
+    auto kernel = kernel_of(shimkit_msl_source_svd, "svd_float");
+    if (!kernel) {
+      release({u, s, vh, info});
+      ET_LOG(Error, "%s: the MSL library has no svd_float", shim);
+      return Error::NotSupported;
+    }
+    kernel->runCommandBlock([&] {
+      kernel->startEncoding();
+      kernel->setArg(0, *reinterpret_cast<ETensor*>(u));
+      kernel->setArg(1, *reinterpret_cast<ETensor*>(s));
+      kernel->setArg(2, *reinterpret_cast<ETensor*>(vh));
+      kernel->setArg(3, *reinterpret_cast<ETensor*>(info));
+      kernel->setArg(4, *input);
+      kernel->setArg(5, m);
+      kernel->setArg(6, n);
+      kernel->dispatchSingle(static_cast<uint64_t>(matrices));
+    });
+  } else {
+    // No entries: no singular values, and Vh is the identity of its (possibly empty) order, as LAPACK's.
+    metal_api::synchronize_metal_stream();
+    auto* vh_tensor = reinterpret_cast<ETensor*>(vh);
+    float* identity = vh_tensor->mutable_data_ptr<float>();
+    for (int64_t b = 0; b < matrices; ++b) {
+      for (int64_t i = 0; i < n * n; ++i) identity[b * n * n + i] = (i % (n + 1) == 0) ? 1.0f : 0.0f;
+    }
+    std::fill_n(reinterpret_cast<ETensor*>(info)->mutable_data_ptr<int32_t>(), matrices, 0);
+  }
+  *ret0 = u;
+  *ret1 = s;
+  *ret2 = vh;
+  *ret3 = info;
   return Error::Ok;
 }
 
