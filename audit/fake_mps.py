@@ -4,8 +4,9 @@
 whose cpp-wrapper codegen is what decides which c-shim or proxy-executor kernels the generated
 ``.so`` calls. None of that codegen needs a GPU; only a handful of places touch the real device. Each
 patch below replaces exactly one such place, for the duration of :func:`fake_mps_lowering`, and is
-undone on exit, also when lowering raises (docs/metal-aoti.md, "Lowering for mps on a machine without MPS" lists them). They all touch private Inductor
-and ExecuTorch details, which is why :func:`check_torch_version` refuses releases nobody tested.
+undone on exit, also when lowering raises (docs/metal-aoti.md, "Lowering for mps on a machine without
+MPS" lists them). They all touch private Inductor and ExecuTorch details, which is why
+:func:`check_torch_version` refuses releases nobody tested.
 """
 
 from __future__ import annotations

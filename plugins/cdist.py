@@ -12,7 +12,8 @@ form loses precision for nearby points, in ATen as here). For the ``if_necessary
 row count both forms are computed and the row counts select one at run time: no size is baked in.
 
 Semantics kept from ATen: ``p == 0`` counts differing coordinates, ``p == inf`` takes the largest
-difference (skipping NaN, as ATen's comparison does), other ``p`` give ``sum(|d|^p)^(1/p)``; batch dims broadcast; no coordinates (``M == 0``)
+difference (cdist skipping NaN, as ATen's scalar comparison does; pdist propagating it, as its vectorized
+maximum does), other ``p`` give ``sum(|d|^p)^(1/p)``; batch dims broadcast; no coordinates (``M == 0``)
 gives zeros; NaN propagates; half and bfloat16 are computed in float32 and rounded once.
 
 ``pdist`` takes the same norms of ``x[i] - x[j]`` for the pairs in ``triu_indices(n, n, 1)`` order. The

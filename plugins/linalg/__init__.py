@@ -150,7 +150,8 @@ def svd(A: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     U, S, Vh = canonical_svd_signs(U, S, Vh)
     info = torch.where(finite, 0, A.shape[-1]).to(torch.int32)
     nan = torch.tensor(float("nan"), dtype=A.dtype)
-    return (torch.where(finite[..., None, None], U, nan).contiguous(), torch.where(finite[..., None], S, nan).contiguous(),
+    return (torch.where(finite[..., None, None], U, nan).contiguous(),
+            torch.where(finite[..., None], S, nan).contiguous(),
             torch.where(finite[..., None, None], Vh, nan).contiguous(), info.contiguous())
 
 
@@ -586,7 +587,7 @@ def pinv_calls():
     from hypothesis import strategies as st
 
     general = matrix_inputs(square=False).map(lambda A: OpCall((A,), {}))
-    hermitian = symmetric_inputs().map(lambda A: A.tril() + A.tril(-1).mT).map(lambda A: OpCall((A,), {"hermitian": True}))
+    hermitian = symmetric_inputs().map(lambda A: OpCall((A.tril() + A.tril(-1).mT,), {"hermitian": True}))
     with_tolerances = st.builds(lambda A, atol, rtol: OpCall((A,), {"atol": atol, "rtol": rtol}),
                                 matrix_inputs(square=False), st.none() | st.sampled_from([0.0, 0.5]).map(torch.tensor),
                                 st.none() | st.sampled_from([0.0, 0.1]).map(torch.tensor))
