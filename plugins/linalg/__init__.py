@@ -23,6 +23,8 @@ shims' prototypes), plus the elementwise arithmetic Inductor writes Metal code f
   hands a wide one over transposed), singular values descending, each column of ``U`` with its entry of
   largest magnitude positive (``Vh``'s rows signed to match), ``U`` completed to orthonormal columns where
   a singular value is zero; ``info`` is ``n`` for non-finite input;
+- ``shimkit::qr(A, complete) -> (Q, R)``: LAPACK ``geqrf``/``orgqr``'s factors (Householder reflections with
+  ``dlarfg``'s signs, so equal to ATen's up to rounding), reduced or complete;
 - ``shimkit::linalg_check_errors(info, api_name, is_matrix)``: ATen's error for a nonzero ``info``.
 
 Eigenvectors are unique only up to sign (LAPACK's choice differs between builds, and ATen's own tests
@@ -58,6 +60,7 @@ CHOLESKY = "shimkit::cholesky"
 CHECK_ERRORS = "shimkit::linalg_check_errors"
 EIGH = "shimkit::eigh"
 SVD = "shimkit::svd"
+QR = "shimkit::qr"
 
 ATEN_LU_FACTOR = "aten::linalg_lu_factor_ex.default"
 ATEN_LU_SOLVE = "aten::linalg_lu_solve.default"
@@ -69,6 +72,7 @@ ATEN_CHOLESKY = "aten::linalg_cholesky_ex.default"
 ATEN_CHECK_ERRORS = "aten::_linalg_check_errors.default"
 ATEN_EIGH = "aten::_linalg_eigh.default"
 ATEN_SVD = "aten::_linalg_svd.default"
+ATEN_QR = "aten::linalg_qr.default"
 
 
 def _batch(A: Tensor) -> tuple[int, ...]:
@@ -160,6 +164,19 @@ def _svd_fake(A: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     n = A.shape[-1]
     return (A.new_empty(A.shape), A.new_empty((*_batch(A), n)), A.new_empty((*_batch(A), n, n)),
             A.new_empty(_batch(A), dtype=torch.int32))
+
+
+@torch.library.custom_op(QR, mutates_args=())
+def qr(A: Tensor, complete: bool) -> tuple[Tensor, Tensor]:
+    Q, R = torch.linalg.qr(A, mode="complete" if complete else "reduced")
+    return Q.contiguous(), R.contiguous()
+
+
+@qr.register_fake
+def _qr_fake(A: Tensor, complete: bool) -> tuple[Tensor, Tensor]:
+    m, n = A.shape[-2], A.shape[-1]
+    columns = m if complete else torch.sym_min(m, n)
+    return A.new_empty((*_batch(A), m, columns)), A.new_empty((*_batch(A), columns, n))
 
 
 @torch.library.custom_op(CHECK_ERRORS, mutates_args=())
@@ -364,6 +381,14 @@ def torch_svd_with_canonical_signs(A, some=True, compute_uv=True):
     return U, S, Vh.mT
 
 
+def qr_decomposition(A, mode="reduced"):
+    if mode not in ("reduced", "complete", "r"):
+        raise RuntimeError(f"qr received unrecognized mode '{mode}' but expected one of 'reduced' (default), 'r', "
+                           f"or 'complete'")
+    Q, R = torch.ops.shimkit.qr(A.contiguous(), mode == "complete")
+    return (A.new_empty(0) if mode == "r" else Q), R
+
+
 def cholesky_ex_decomposition(A, *, upper=False, check_errors=False):
     # The upper factor reads A's upper triangle: it is the lower factor of A^T, transposed.
     L, info = torch.ops.shimkit.cholesky((A.mT if upper else A).contiguous())
@@ -460,6 +485,22 @@ def launch_svd(library, A: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return U, S, Vh, info
 
 
+def launch_qr(library, A: Tensor, complete: bool) -> tuple[Tensor, Tensor]:
+    """``shimkit::qr`` through ``library``'s ``qr_float``, as ``linalg_shim_mps.mm`` dispatches it: one thread
+    per matrix of a contiguous ``A``, with scratch for the reflectors and their scales."""
+    A = _float32_matrices("A", A, QR)
+    m, n = A.shape[-2:]
+    Q, R = _qr_fake(A, complete)
+    matrices = A[..., 0, 0].numel() if m and n else 0
+    if matrices:
+        library.qr_float(Q, R, torch.empty_like(A), A.new_empty((*A.shape[:-2], min(m, n))), A, m, n, Q.shape[-1],
+                         threads=matrices)
+    else:  # no entries to reflect: Q is the identity's first columns, R is empty or zero
+        Q.copy_(torch.eye(m, Q.shape[-1]).expand_as(Q))
+        R.zero_()
+    return Q, R
+
+
 def _kernel(name: str, launch) -> Kernel:
     return Kernel(name=name, directory=str(KERNEL_DIR), runtime_sources=(f"{name}.metal", "linalg_shim_mps.mm"),
                   msl=MslKernel(source=f"{name}.metal", function=name, dtypes=("float",), launch=launch),
@@ -471,6 +512,7 @@ LU_SOLVE_KERNEL = _kernel("lu_solve", launch_lu_solve)
 CHOLESKY_KERNEL = _kernel("cholesky", launch_cholesky)
 EIGH_KERNEL = _kernel("eigh", launch_eigh)
 SVD_KERNEL = _kernel("svd", launch_svd)
+QR_KERNEL = _kernel("qr", launch_qr)
 # The info check reads `info` on the host and needs no MSL of its own.
 CHECK_ERRORS_KERNEL = Kernel(name="linalg_check_errors", directory=str(KERNEL_DIR),
                              runtime_sources=("linalg_shim_mps.mm",), uses_sdk=False)
@@ -492,6 +534,7 @@ SHIMS = (
           EIGH_KERNEL),
     _shim(SVD, "AtenTensorHandle A, AtenTensorHandle* ret0, AtenTensorHandle* ret1, AtenTensorHandle* ret2, "
           "AtenTensorHandle* ret3", SVD_KERNEL),
+    _shim(QR, "AtenTensorHandle A, int32_t complete, AtenTensorHandle* ret0, AtenTensorHandle* ret1", QR_KERNEL),
     _shim(CHECK_ERRORS, "AtenTensorHandle info, const char* api_name, int32_t is_matrix", CHECK_ERRORS_KERNEL),
 )
 
@@ -592,6 +635,13 @@ def pinv_calls():
                                 matrix_inputs(square=False), st.none() | st.sampled_from([0.0, 0.5]).map(torch.tensor),
                                 st.none() | st.sampled_from([0.0, 0.1]).map(torch.tensor))
     return general | hermitian | with_tolerances
+
+
+def qr_calls():
+    from hypothesis import strategies as st
+
+    return st.builds(lambda A, mode: (A, mode), matrix_inputs(square=False), st.sampled_from(["reduced", "complete",
+                                                                                             "r"]))
 
 
 def tall_matrix_inputs():
@@ -758,6 +808,7 @@ DECOMPOSITIONS = {
     ATEN_SVD: (svd_decomposition, svd_calls),
     "aten::linalg_svd.default": (linalg_svd_decomposition, lambda: svd_calls().map(lambda c: c[:2])),
     "aten::linalg_pinv.atol_rtol_tensor": (pinv_decomposition, lambda: pinv_calls()),
+    ATEN_QR: (qr_decomposition, qr_calls),
     "aten::svd.default": (torch_svd_decomposition,
                           lambda: svd_calls().map(lambda c: (c[0], not c[1] or c[0].shape[-2] == c[0].shape[-1],
                                                              c[2]))),
@@ -792,6 +843,7 @@ COMPOSITES = {
     "aten::linalg_matrix_rank.atol_rtol_float": lambda: matrix_inputs(square=False).map(
         lambda A: OpCall((A,), {"atol": None, "rtol": 0.1})),
     "aten::linalg_svdvals.default": lambda: matrix_inputs(square=False).map(lambda A: (A,)),
+    "aten::qr.default": lambda: qr_calls().map(lambda c: (c[0], c[1] != "complete")),
     "aten::linalg_cond.default": lambda: matrix_inputs(invertible=True).map(lambda A: (A,)),
     "aten::linalg_matrix_norm.str_ord": lambda: matrix_inputs(square=False).map(lambda A: (A, "nuc")),
     "aten::pinverse.default": lambda: matrix_inputs(square=False).filter(_full_rank).map(lambda A: (A,)),
@@ -803,26 +855,27 @@ STATIC_COMPOSITES = ("aten::linalg_tensorinv.default", "aten::linalg_tensorsolve
 def shimkit_op_plugins():
     yield OpPlugin(
         name="linalg",
-        ops=(*DECOMPOSITIONS, *COMPOSITES, LU_FACTOR, LU_SOLVE, CHOLESKY, EIGH, SVD, CHECK_ERRORS),
+        ops=(*DECOMPOSITIONS, *COMPOSITES, LU_FACTOR, LU_SOLVE, CHOLESKY, EIGH, SVD, QR, CHECK_ERRORS),
         shims=SHIMS,
         decompositions={**{op: decomposition for op, (decomposition, _) in DECOMPOSITIONS.items()},
                         **{op: (_static_sizes_only(op) if op in STATIC_COMPOSITES else through_aten_composite(op))
                            for op in COMPOSITES}},
         decomposition_devices=("mps",),
         # The edge verifier rejects linalg_pinv (not core ATen) before any backend sees it.
-        pre_edge=("aten::linalg_pinv.atol_rtol_tensor",),
+        pre_edge=("aten::linalg_pinv.atol_rtol_tensor", ATEN_QR),
         references={**{op: resolve_op(op) for op in (*DECOMPOSITIONS, *COMPOSITES)},
                     ATEN_EIGH: eigh_with_canonical_signs, **SINGULAR_VECTOR_REFERENCES,
                     "aten::linalg_eigh.default": linalg_eigh_with_canonical_signs,
                     LU_FACTOR: torch.ops.shimkit.lu_factor.default, LU_SOLVE: torch.ops.shimkit.lu_solve.default,
                     CHOLESKY: torch.ops.shimkit.cholesky.default, EIGH: torch.ops.shimkit.eigh.default,
-                    SVD: torch.ops.shimkit.svd.default},
+                    SVD: torch.ops.shimkit.svd.default, QR: torch.ops.shimkit.qr.default},
         input_strategies={**{op: calls for op, (_, calls) in DECOMPOSITIONS.items()}, **COMPOSITES,
                           LU_FACTOR: lambda: matrix_inputs(square=False).map(lambda A: (A,)),
                           LU_SOLVE: lu_solve_kernel_calls,
                           CHOLESKY: lambda: positive_definite_inputs().map(lambda A: (A,)),
                           EIGH: lambda: symmetric_inputs().map(lambda A: (A,)),
-                          SVD: lambda: tall_matrix_inputs().map(lambda A: (A,))},
+                          SVD: lambda: tall_matrix_inputs().map(lambda A: (A,)),
+                          QR: lambda: qr_calls().map(lambda c: (c[0], c[1] == "complete"))},
         doc="det, slogdet, inv, solve, cholesky, lu_factor, lu_solve, eigh, svd and what builds on them on mps, "
-            "through MSL LU, Cholesky, Jacobi eigenvalue and one-sided Jacobi SVD kernels (float32).",
+            "through MSL LU, Cholesky, Householder QR, Jacobi eigenvalue and one-sided Jacobi SVD kernels (float32).",
     )

@@ -1,6 +1,6 @@
 // The c-shims of shimkit's linear-algebra ops for ExecuTorch's Metal runtime: aoti_torch_mps_shimkit_lu_factor,
-// _lu_solve, _cholesky, _eigh and _svd allocate their results and dispatch lu_factor.metal, lu_solve.metal,
-// cholesky.metal, eigh.metal and svd.metal exactly as the plugin's launch_* functions do on Linux through
+// _lu_solve, _cholesky, _eigh, _svd and _qr allocate their results and dispatch lu_factor.metal,
+// lu_solve.metal, cholesky.metal, eigh.metal, svd.metal and qr.metal exactly as the plugin's launch_* functions do on Linux through
 // shimkit.metal (where the kernels are tested); aoti_torch_mps_shimkit_linalg_check_errors is ATen's
 // _linalg_check_errors on the host.
 //
@@ -24,6 +24,7 @@ extern "C" const char shimkit_msl_source_lu_solve[];
 extern "C" const char shimkit_msl_source_cholesky[];
 extern "C" const char shimkit_msl_source_eigh[];
 extern "C" const char shimkit_msl_source_svd[];
+extern "C" const char shimkit_msl_source_qr[];
 
 namespace {
 
@@ -362,6 +363,72 @@ extern "C" AOTITorchError aoti_torch_mps_shimkit_svd(AOTITensorHandle A, AOTITen
   *ret1 = s;
   *ret2 = vh;
   *ret3 = info;
+  return Error::Ok;
+}
+
+extern "C" AOTITorchError aoti_torch_mps_shimkit_qr(AOTITensorHandle A, int32_t complete, AOTITensorHandle* ret0,
+                                                    AOTITensorHandle* ret1) {
+  const char* shim = "aoti_torch_mps_shimkit_qr";
+  if (A == nullptr || ret0 == nullptr || ret1 == nullptr) {
+    ET_LOG(Error, "%s: null tensor handle", shim);
+    return Error::InvalidArgument;
+  }
+  auto* input = reinterpret_cast<ETensor*>(A);
+  if (!check_matrices(shim, "A", *input)) return Error::InvalidArgument;
+  const int64_t m = input->size(input->dim() - 2);
+  const int64_t n = input->size(input->dim() - 1);
+  const int64_t k = std::min(m, n);
+  const int64_t columns = complete ? m : k;
+  std::vector<int64_t> batch(input->sizes().begin(), input->sizes().end() - 2);
+  std::vector<int64_t> q_shape(batch), r_shape(batch), tau_shape(batch);
+  q_shape.insert(q_shape.end(), {m, columns});
+  r_shape.insert(r_shape.end(), {columns, n});
+  tau_shape.push_back(k);
+  AOTITensorHandle q = nullptr, r = nullptr, work = nullptr, tau = nullptr;
+  if (allocate(A, q_shape, kFloat, &q) != Error::Ok || allocate(A, r_shape, kFloat, &r) != Error::Ok ||
+      allocate(A, std::vector<int64_t>(input->sizes().begin(), input->sizes().end()), kFloat, &work) != Error::Ok ||
+      allocate(A, tau_shape, kFloat, &tau) != Error::Ok) {
+    release({q, r, work, tau});
+    ET_LOG(Error, "%s: could not allocate the results", shim);
+    return Error::MemoryAllocationFailed;
+  }
+  const int64_t matrices = batch_count(*input, 2);
+  if (matrices > 0 && m > 0 && n > 0) {
+    auto kernel = kernel_of(shimkit_msl_source_qr, "qr_float");
+    if (!kernel) {
+      release({q, r, work, tau});
+      ET_LOG(Error, "%s: the MSL library has no qr_float", shim);
+      return Error::NotSupported;
+    }
+    kernel->runCommandBlock([&] {
+      kernel->startEncoding();
+      kernel->setArg(0, *reinterpret_cast<ETensor*>(q));
+      kernel->setArg(1, *reinterpret_cast<ETensor*>(r));
+      kernel->setArg(2, *reinterpret_cast<ETensor*>(work));
+      kernel->setArg(3, *reinterpret_cast<ETensor*>(tau));
+      kernel->setArg(4, *input);
+      kernel->setArg(5, m);
+      kernel->setArg(6, n);
+      kernel->setArg(7, columns);
+      kernel->dispatchSingle(static_cast<uint64_t>(matrices));
+    });
+  }
+  // The scratch is freed below: the dispatch must be done with it first; without entries, Q is the
+  // identity's first columns and R is zero, written on the host.
+  metal_api::synchronize_metal_stream();
+  if (!(matrices > 0 && m > 0 && n > 0)) {
+    float* q_data = reinterpret_cast<ETensor*>(q)->mutable_data_ptr<float>();
+    for (int64_t b = 0; b < matrices; ++b) {
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t c = 0; c < columns; ++c) q_data[(b * m + i) * columns + c] = i == c ? 1.0f : 0.0f;
+      }
+    }
+    auto* r_tensor = reinterpret_cast<ETensor*>(r);
+    std::fill_n(r_tensor->mutable_data_ptr<float>(), r_tensor->numel(), 0.0f);
+  }
+  release({work, tau});
+  *ret0 = q;
+  *ret1 = r;
   return Error::Ok;
 }
 
