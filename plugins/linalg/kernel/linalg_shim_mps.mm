@@ -1,8 +1,8 @@
 // The c-shims of shimkit's linear-algebra ops for ExecuTorch's Metal runtime: aoti_torch_mps_shimkit_lu_factor,
 // _lu_solve, _cholesky, _eigh, _svd and _qr allocate their results and dispatch lu_factor.metal,
-// lu_solve.metal, cholesky.metal, eigh.metal, svd.metal and qr.metal exactly as the plugin's launch_* functions do on Linux through
-// shimkit.metal (where the kernels are tested); aoti_torch_mps_shimkit_linalg_check_errors is ATen's
-// _linalg_check_errors on the host.
+// lu_solve.metal, cholesky.metal, eigh.metal, svd.metal and qr.metal exactly as the plugin's launch_*
+// functions do on Linux through shimkit.metal (where the kernels are tested);
+// aoti_torch_mps_shimkit_linalg_check_errors is ATen's _linalg_check_errors on the host.
 //
 // NOT COMPILED OR RUN ON LINUX, and not built or run by shimkit's CI (no Mac was available): it is written
 // against executorch/backends/apple/metal/runtime (v1.5.1)'s ETMetalShaderLibrary and aoti_torch_empty_strided,
