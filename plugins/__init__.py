@@ -33,6 +33,7 @@ BUILTIN_MODULES = (
     "linalg",
     "nonzero",
     "random",
+    "real_fft",
     "cuda_runtime",
     "core_passes",
 )
