@@ -34,6 +34,7 @@ BUILTIN_MODULES = (
     "nonzero",
     "random",
     "real_fft",
+    "combinations",
     "cuda_runtime",
     "core_passes",
 )

@@ -16,11 +16,9 @@ difference (cdist skipping NaN, as ATen's scalar comparison does; pdist propagat
 maximum does), other ``p`` give ``sum(|d|^p)^(1/p)``; batch dims broadcast; no coordinates (``M == 0``)
 gives zeros; NaN propagates; half and bfloat16 are computed in float32 and rounded once.
 
-``pdist`` takes the same norms of ``x[i] - x[j]`` for the pairs in ``triu_indices(n, n, 1)`` order. The
-pairs are computed from the pair index, not listed: row ``i`` of pair ``k`` is
-``floor((2n - 1 - sqrt((2n - 1)^2 - 8k)) / 2)`` with the square root in float32 and the rest in exact
-int64, then moved by one where the exact row starts disagree (the float error is below one row for
-``n`` under a million), so the row count may be dynamic.
+``pdist`` takes the same norms of ``x[i] - x[j]`` for the pairs in ``triu_indices(n, n, 1)`` order,
+computed from the pair index (``shimkit.plugins.shared.upper_triangle_pairs``), so the row count may be
+dynamic.
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ import math
 
 import torch
 
-from shimkit.plugins.shared import ACCUMULATE_IN_FLOAT32, float32_tensors
+from shimkit.plugins.shared import ACCUMULATE_IN_FLOAT32, float32_tensors, upper_triangle_pairs
 from shimkit.registry import DecompositionDeclined, OpCall, OpPlugin, hookimpl, through_aten_composite
 
 CDIST_FORWARD = "aten::_cdist_forward.default"
@@ -104,23 +102,6 @@ def cdist_forward_decomposition(x1: torch.Tensor, x2: torch.Tensor, p: float,
             by_matmul = _more_rows_than(rows1, _MM_ROWS, x1.device) | _more_rows_than(rows2, _MM_ROWS, x1.device)
             distances = torch.where(by_matmul, _euclidean_by_matmul(x1, x2), _pairwise_norm(x1, x2, 2))
     return distances.to(result_dtype)
-
-
-def upper_triangle_pairs(n: int | torch.SymInt, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """``torch.triu_indices(n, n, 1)`` as two int64 tensors, from the pair index (module docstring)."""
-    pairs = torch.arange(n * (n - 1) // 2, device=device)
-    # The size enters as a 0-d tensor: mixed into tensor arithmetic as a symbolic Python number, it would
-    # make fake kernels compare sizes.
-    span = torch.scalar_tensor(2 * n - 1, dtype=torch.int64, device=device)
-    discriminant = span * span - 8 * pairs
-    rows = ((span - discriminant.float().sqrt()) / 2).floor().long().clamp(min=0)
-
-    def first_pair(row):
-        return row * (span - row) // 2
-
-    rows = torch.where(first_pair(rows + 1) <= pairs, rows + 1, rows)
-    rows = torch.where(first_pair(rows) > pairs, rows - 1, rows)
-    return rows, pairs - first_pair(rows) + rows + 1
 
 
 def pdist_forward_decomposition(self: torch.Tensor, p: float = 2.0) -> torch.Tensor:

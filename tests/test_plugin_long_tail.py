@@ -10,19 +10,20 @@ import torch
 from hypothesis import settings
 from torch.testing._internal.common_methods_invocations import op_db
 
-from shimkit.audit.coverage import one_op_model
+from shimkit.audit.coverage import audit_op, one_op_model
 from shimkit.audit.loader import LoadedModel
 from shimkit.audit.runner import audit_loaded
 from shimkit.backend import backend_config
 from shimkit.passes import DecomposeInPlace
-from shimkit.plugins.cdist import cdist_forward_decomposition, pdist_forward_decomposition, upper_triangle_pairs
+from shimkit.plugins.cdist import cdist_forward_decomposition, pdist_forward_decomposition
+from shimkit.plugins.shared import upper_triangle_pairs
 from shimkit.plugins.cumsum import cumsum_decomposition
 from shimkit.registry import DecompositionDeclined, through_aten_composite
 from shimkit.testing import assert_plugin_matches_reference
 
 OPS = {f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name: op for op in op_db}
 PLUGINS = ["cumprod", "aten-composites", "bilinear", "adaptive-avg-pool3d", "masked-scatter", "cdist",
-           "linear-cross-entropy"]
+           "linear-cross-entropy", "combinations"]
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
@@ -174,3 +175,24 @@ def test_pdist_on_opinfo_samples_and_under_a_dynamic_row_count():
     assert make_fx(lambda x: pdist_forward_decomposition(x, 2.0), tracing_mode="symbolic")(torch.randn(5, 3)).graph
     with pytest.raises(DecompositionDeclined, match="example of 2 rows"):
         make_fx(lambda x: pdist_forward_decomposition(x, 2.0), tracing_mode="symbolic")(torch.randn(2, 3))
+
+
+def test_combinations_lower_where_stock_fails_on_unbacked_sizes():
+    """Stock, Inductor fails on the unbacked size export gives combinations; decomposed before to_edge, the
+    program has a static size and computes eager's rows on every OpInfo sample it can export."""
+    result = audit_op("combinations", "float32")
+    assert (result.stock, result.shimkit) == ("error", "clean"), result
+    assert "PendingUnbackedSymbolNotFound" in result.stock_detail
+    config = backend_config("mps")
+    checked = 0
+    for sample in OPS["combinations"].sample_inputs("cpu", torch.float32, requires_grad=False):
+        module, inputs = one_op_model(OPS["combinations"], sample)
+        try:
+            exported = torch.export.export(module, inputs, strict=False)
+        except Exception:
+            continue  # torch cannot export r >= 2 (its own unbacked-symbol error)
+        prepared = config.prepare_for_edge(exported)
+        assert torch.ops.aten.combinations.default not in {n.target for n in prepared.graph.nodes}
+        torch.testing.assert_close(prepared.module()(*inputs), module(*inputs))
+        checked += 1
+    assert checked
