@@ -35,6 +35,7 @@ BUILTIN_MODULES = (
     "random",
     "real_fft",
     "combinations",
+    "matrix_exp",
     "cuda_runtime",
     "core_passes",
 )
