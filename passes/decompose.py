@@ -260,6 +260,9 @@ class DecomposeInPlace(ShimkitPass):
                 continue
             slot.replace_all_uses_with(env[result])
             graph.erase_node(slot)
+        for user in list(node.users):  # the getitems of a list result, their own getitems re-pointed above
+            if is_getitem(user) and not user.users:
+                graph.erase_node(user)
         if node not in slots_by_output.values():
             graph.erase_node(node)
         for new in reversed(created):  # outputs of the decomposition nobody reads (e.g. layer norm's rstd)
@@ -281,11 +284,20 @@ class DecomposeInPlace(ShimkitPass):
             raise PassError(self.pass_name, node, f"the decomposition returned {type(results).__name__}, "
                             f"not a tensor or a tuple of tensors")
         slots: dict[fx.Node, fx.Node] = {}
-        for user in list(node.users):
+        self._map_getitems(node, node, results, slots)
+        return slots
+
+    def _map_getitems(self, node: fx.Node, source: fx.Node, results: Any, slots: dict[fx.Node, fx.Node]) -> None:
+        """Points each ``getitem`` user of ``source`` at its result; a result that is itself a list (an op
+        returning ``Tensor[]``, such as histogramdd's bin edges) maps the getitems of that getitem."""
+        for user in list(source.users):
             if not is_getitem(user):
                 raise PassError(self.pass_name, node, f"{user.name} uses the op's tuple result directly; only "
                                 f"getitem users can be re-pointed at the decomposition's results")
             result = results[user.args[1]]
+            if isinstance(result, (list, tuple)):
+                self._map_getitems(node, user, result, slots)
+                continue
             if not isinstance(result, fx.Node):
                 raise PassError(self.pass_name, node, f"result {user.args[1]} of the decomposition is "
                                 f"{result!r}, but {user.name} reads it")
@@ -294,4 +306,3 @@ class DecomposeInPlace(ShimkitPass):
                 node.graph.erase_node(user)
                 continue
             slots[result] = user
-        return slots

@@ -36,6 +36,7 @@ BUILTIN_MODULES = (
     "real_fft",
     "combinations",
     "matrix_exp",
+    "histogramdd",
     "cuda_runtime",
     "core_passes",
 )
