@@ -43,6 +43,7 @@ checked against ATen with the kernels' reference semantics, and each kernel agai
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -813,9 +814,11 @@ DECOMPOSITIONS = {
                           lambda: svd_calls().map(lambda c: (c[0], not c[1] or c[0].shape[-2] == c[0].shape[-1],
                                                              c[2]))),
 }
-SINGULAR_VECTOR_REFERENCES = {ATEN_SVD: svd_with_canonical_signs,
-                              "aten::linalg_svd.default": linalg_svd_with_canonical_signs,
-                              "aten::svd.default": torch_svd_with_canonical_signs}
+SINGULAR_VECTOR_REFERENCES: dict[str, Callable[..., Any]] = {
+    ATEN_SVD: svd_with_canonical_signs,
+    "aten::linalg_svd.default": linalg_svd_with_canonical_signs,
+    "aten::svd.default": torch_svd_with_canonical_signs,
+}
 
 # The CompositeImplicitAutograd ops models call. ExecuTorch's AOTI partitioner keeps them whole, so they
 # reach the backend as themselves and Inductor would expand them after shimkit's passes: each is expanded
