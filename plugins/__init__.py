@@ -37,6 +37,7 @@ BUILTIN_MODULES = (
     "combinations",
     "matrix_exp",
     "histogramdd",
+    "embedding_bag",
     "cuda_runtime",
     "core_passes",
 )

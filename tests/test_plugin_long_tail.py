@@ -23,7 +23,7 @@ from shimkit.testing import assert_plugin_matches_reference
 
 OPS = {f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name: op for op in op_db}
 PLUGINS = ["cumprod", "aten-composites", "bilinear", "adaptive-avg-pool3d", "masked-scatter", "cdist",
-           "linear-cross-entropy", "combinations", "histogramdd"]
+           "linear-cross-entropy", "combinations", "histogramdd", "embedding-bag"]
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
@@ -41,6 +41,7 @@ SWEEP_GAPS = [
     ("cdist", "at::_ops::_cdist_forward::call"),
     ("nn.functional.pdist", "at::_ops::_pdist_forward::call"),
     ("matrix_exp", "aten::linalg_matrix_exp"),
+    ("nn.functional.embedding_bag", "at::_ops::_embedding_bag_forward_only::call"),
     ("nn.functional.adaptive_avg_pool3d", "at::_ops::_adaptive_avg_pool3d::call"),
     ("nn.functional.linear_cross_entropy.chunked", "torch_nn::_linear_cross_entropy_batch_chunked"),
     ("nn.functional.linear_cross_entropy.chunked_none", "torch_nn::_linear_cross_entropy_batch_chunked_no_reduction"),
@@ -226,3 +227,26 @@ def test_histogramdd_samples_through_the_decomposed_program():
     assert checked
     result = audit_op("histogramdd", "float32")
     assert (result.stock, result.shimkit) == ("limitation", "clean"), result
+
+
+def test_embedding_bag_on_opinfo_samples_and_declined_at_dynamic_sizes():
+    """Every OpInfo sample (sum, mean and max bags, weights, padding) through the composite, decomposed;
+    a dynamic size is declined rather than checked against ATen on invalid offsets."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from shimkit.plugins.embedding_bag import embedding_bag_decomposition
+
+    checked = 0
+    for sample in OPS["nn.functional.embedding_bag"].sample_inputs("cpu", torch.float32, requires_grad=False):
+        expected = OPS["nn.functional.embedding_bag"].op(sample.input, *sample.args, **sample.kwargs)
+        module, inputs = one_op_model(OPS["nn.functional.embedding_bag"], sample)
+        program = torch.export.export(module, inputs, strict=False)
+        DecomposeInPlace(backend_config("mps").decomposition_table)(program)
+        assert not any("embedding_bag" in str(node.target) for node in program.graph.nodes), program.graph
+        torch.testing.assert_close(program.module()(*inputs), expected)
+        checked += 1
+    assert checked
+    weight, indices, offsets = torch.randn(5, 3), torch.tensor([0, 4, 2]), torch.tensor([0, 1])
+    with pytest.raises(DecompositionDeclined, match="static sizes only"):
+        make_fx(lambda w, i, o: embedding_bag_decomposition(w, i, o), tracing_mode="symbolic")(weight, indices,
+                                                                                              offsets)
