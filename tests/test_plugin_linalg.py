@@ -23,7 +23,8 @@ OPS = {(op.name, op.variant_test_name): op for op in op_db}
 # The OpInfo entries the plugin makes lower on Metal, each the sweep found missing a kernel stock.
 OPINFO_OPS = ["linalg.det", "linalg.slogdet", "logdet", "linalg.inv", "linalg.inv_ex", "linalg.solve",
               "linalg.solve_ex", "linalg.cholesky", "linalg.cholesky_ex", "linalg.lu_factor", "linalg.lu_factor_ex",
-              "lu", "lu_solve", "linalg.lu_solve", "linalg.tensorinv", "linalg.tensorsolve", "linalg.qr", "qr"]
+              "lu", "lu_solve", "linalg.lu_solve", "linalg.tensorinv", "linalg.tensorsolve", "linalg.qr", "qr",
+              "linalg.ldl_factor", "linalg.ldl_factor_ex"]
 
 
 def test_kernels_and_decompositions_match_lapack():
@@ -40,7 +41,8 @@ def metal_kernels():
             torch.ops.shimkit.cholesky.default: msl_kernel(linalg.CHOLESKY_KERNEL, "float"),
             torch.ops.shimkit.eigh.default: msl_kernel(linalg.EIGH_KERNEL, "float"),
             torch.ops.shimkit.svd.default: msl_kernel(linalg.SVD_KERNEL, "float"),
-            torch.ops.shimkit.qr.default: msl_kernel(linalg.QR_KERNEL, "float")}
+            torch.ops.shimkit.qr.default: msl_kernel(linalg.QR_KERNEL, "float"),
+            torch.ops.shimkit.ldl_factor.default: msl_kernel(linalg.LDL_FACTOR_KERNEL, "float")}
 
 
 class _Sample(torch.nn.Module):
@@ -60,7 +62,7 @@ def _metal_program(op, sample, metal_kernels):
     calling its MSL kernel: what the Metal runtime would run, minus Inductor's generated elementwise code."""
     tensors = (sample.input, *(a for a in sample.args if isinstance(a, torch.Tensor)))
     program = torch.export.export(_Sample(op, sample), tensors, strict=False)
-    config = backend_config("mps")  # linalg_qr and linalg_pinv are decomposed before to_edge
+    config = backend_config("mps")  # linalg_qr, linalg_pinv and linalg_ldl_factor_ex: before to_edge
     table = {**config.pre_edge_decomposition_table, **config.decomposition_table}
     DecomposeInPlace(table)(program)
     module = program.module()
@@ -273,7 +275,7 @@ def test_a_kernel_that_does_not_pivot_is_caught(tmp_path, register_plugin):
 
 
 @pytest.mark.parametrize("name", ["linalg.det", "linalg.solve", "linalg.cholesky", "linalg.eigh", "linalg.svd",
-                                  "pinverse", "qr"])
+                                  "pinverse", "qr", "linalg.ldl_factor"])
 def test_the_sweep_finds_these_missing_stock_and_clean_with_shimkit(name):
     result = audit_op(name, "float32")
     assert (result.stock, result.shimkit) == ("missing", "clean"), result

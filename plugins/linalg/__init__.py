@@ -25,6 +25,9 @@ shims' prototypes), plus the elementwise arithmetic Inductor writes Metal code f
   a singular value is zero; ``info`` is ``n`` for non-finite input;
 - ``shimkit::qr(A, complete) -> (Q, R)``: LAPACK ``geqrf``/``orgqr``'s factors (Householder reflections with
   ``dlarfg``'s signs, so equal to ATen's up to rounding), reduced or complete;
+- ``shimkit::ldl_factor(A) -> (LD, pivots, info)``: LAPACK ``sytf2``'s Bunch-Kaufman ``L D L^T`` of the lower
+  triangle (``LD`` with its strict upper triangle zero, ``pivots`` LAPACK's ``ipiv``, ``info`` the first zero
+  pivot);
 - ``shimkit::linalg_check_errors(info, api_name, is_matrix)``: ATen's error for a nonzero ``info``.
 
 Eigenvectors are unique only up to sign (LAPACK's choice differs between builds, and ATen's own tests
@@ -62,6 +65,7 @@ CHECK_ERRORS = "shimkit::linalg_check_errors"
 EIGH = "shimkit::eigh"
 SVD = "shimkit::svd"
 QR = "shimkit::qr"
+LDL_FACTOR = "shimkit::ldl_factor"
 
 ATEN_LU_FACTOR = "aten::linalg_lu_factor_ex.default"
 ATEN_LU_SOLVE = "aten::linalg_lu_solve.default"
@@ -74,6 +78,7 @@ ATEN_CHECK_ERRORS = "aten::_linalg_check_errors.default"
 ATEN_EIGH = "aten::_linalg_eigh.default"
 ATEN_SVD = "aten::_linalg_svd.default"
 ATEN_QR = "aten::linalg_qr.default"
+ATEN_LDL_FACTOR = "aten::linalg_ldl_factor_ex.default"
 
 
 def _batch(A: Tensor) -> tuple[int, ...]:
@@ -178,6 +183,18 @@ def _qr_fake(A: Tensor, complete: bool) -> tuple[Tensor, Tensor]:
     m, n = A.shape[-2], A.shape[-1]
     columns = m if complete else torch.sym_min(m, n)
     return A.new_empty((*_batch(A), m, columns)), A.new_empty((*_batch(A), columns, n))
+
+
+@torch.library.custom_op(LDL_FACTOR, mutates_args=())
+def ldl_factor(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    LD, pivots, info = torch.linalg.ldl_factor_ex(A)
+    return LD.contiguous(), pivots.contiguous(), info.contiguous()
+
+
+@ldl_factor.register_fake
+def _ldl_factor_fake(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    return (A.new_empty(A.shape), A.new_empty(A.shape[:-1], dtype=torch.int32),
+            A.new_empty(_batch(A), dtype=torch.int32))
 
 
 @torch.library.custom_op(CHECK_ERRORS, mutates_args=())
@@ -390,6 +407,14 @@ def qr_decomposition(A, mode="reduced"):
     return (A.new_empty(0) if mode == "r" else Q), R
 
 
+def ldl_factor_ex_decomposition(A, *, hermitian=False, check_errors=False):
+    # For real matrices LAPACK's hermitian and symmetric factorizations are the same algorithm.
+    LD, pivots, info = torch.ops.shimkit.ldl_factor(A.contiguous())
+    if check_errors:
+        torch.ops.shimkit.linalg_check_errors(info, "torch.linalg.ldl_factor_ex", A.dim() == 2)
+    return LD, pivots, info
+
+
 def cholesky_ex_decomposition(A, *, upper=False, check_errors=False):
     # The upper factor reads A's upper triangle: it is the lower factor of A^T, transposed.
     L, info = torch.ops.shimkit.cholesky((A.mT if upper else A).contiguous())
@@ -502,6 +527,19 @@ def launch_qr(library, A: Tensor, complete: bool) -> tuple[Tensor, Tensor]:
     return Q, R
 
 
+def launch_ldl_factor(library, A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``shimkit::ldl_factor`` through ``library``'s ``ldl_factor_float``, as ``linalg_shim_mps.mm`` dispatches
+    it: one thread per matrix of a contiguous, square ``A``."""
+    A = _float32_matrices("A", A, LDL_FACTOR)
+    if A.shape[-2] != A.shape[-1]:
+        raise ValueError(f"{LDL_FACTOR}: A must be batches of square matrices, got shape {tuple(A.shape)}")
+    LD, pivots, info = _ldl_factor_fake(A)
+    info.zero_()
+    if LD.numel():
+        library.ldl_factor_float(LD, pivots, info, A, A.shape[-1], threads=info.numel())
+    return LD, pivots, info
+
+
 def _kernel(name: str, launch) -> Kernel:
     return Kernel(name=name, directory=str(KERNEL_DIR), runtime_sources=(f"{name}.metal", "linalg_shim_mps.mm"),
                   msl=MslKernel(source=f"{name}.metal", function=name, dtypes=("float",), launch=launch),
@@ -514,6 +552,7 @@ CHOLESKY_KERNEL = _kernel("cholesky", launch_cholesky)
 EIGH_KERNEL = _kernel("eigh", launch_eigh)
 SVD_KERNEL = _kernel("svd", launch_svd)
 QR_KERNEL = _kernel("qr", launch_qr)
+LDL_FACTOR_KERNEL = _kernel("ldl_factor", launch_ldl_factor)
 # The info check reads `info` on the host and needs no MSL of its own.
 CHECK_ERRORS_KERNEL = Kernel(name="linalg_check_errors", directory=str(KERNEL_DIR),
                              runtime_sources=("linalg_shim_mps.mm",), uses_sdk=False)
@@ -536,6 +575,8 @@ SHIMS = (
     _shim(SVD, "AtenTensorHandle A, AtenTensorHandle* ret0, AtenTensorHandle* ret1, AtenTensorHandle* ret2, "
           "AtenTensorHandle* ret3", SVD_KERNEL),
     _shim(QR, "AtenTensorHandle A, int32_t complete, AtenTensorHandle* ret0, AtenTensorHandle* ret1", QR_KERNEL),
+    _shim(LDL_FACTOR, "AtenTensorHandle A, AtenTensorHandle* ret0, AtenTensorHandle* ret1, AtenTensorHandle* ret2",
+          LDL_FACTOR_KERNEL),
     _shim(CHECK_ERRORS, "AtenTensorHandle info, const char* api_name, int32_t is_matrix", CHECK_ERRORS_KERNEL),
 )
 
@@ -643,6 +684,20 @@ def qr_calls():
 
     return st.builds(lambda A, mode: (A, mode), matrix_inputs(square=False), st.sampled_from(["reduced", "complete",
                                                                                              "r"]))
+
+
+def ldl_calls():
+    """Symmetric matrices (lower triangle read), some indefinite enough for 2x2 pivots, some singular."""
+    from hypothesis import strategies as st
+
+    def build(shape_seed_zero):
+        (batch, n, _), seed, zero = shape_seed_zero
+        A = _random_matrices(batch, n, n, seed, singular_column=zero)
+        return A + A.mT
+
+    matrices = st.tuples(_shapes(), st.integers(0, 2**32 - 1), st.none() | st.integers(0, 5)).map(build)
+    return st.builds(lambda A, hermitian, check: OpCall((A,), {"hermitian": hermitian, "check_errors": check}),
+                     matrices, st.booleans(), st.just(False))
 
 
 def tall_matrix_inputs():
@@ -810,6 +865,7 @@ DECOMPOSITIONS = {
     "aten::linalg_svd.default": (linalg_svd_decomposition, lambda: svd_calls().map(lambda c: c[:2])),
     "aten::linalg_pinv.atol_rtol_tensor": (pinv_decomposition, lambda: pinv_calls()),
     ATEN_QR: (qr_decomposition, qr_calls),
+    ATEN_LDL_FACTOR: (ldl_factor_ex_decomposition, lambda: ldl_calls()),
     "aten::svd.default": (torch_svd_decomposition,
                           lambda: svd_calls().map(lambda c: (c[0], not c[1] or c[0].shape[-2] == c[0].shape[-1],
                                                              c[2]))),
@@ -847,6 +903,7 @@ COMPOSITES = {
         lambda A: OpCall((A,), {"atol": None, "rtol": 0.1})),
     "aten::linalg_svdvals.default": lambda: matrix_inputs(square=False).map(lambda A: (A,)),
     "aten::qr.default": lambda: qr_calls().map(lambda c: (c[0], c[1] != "complete")),
+    "aten::linalg_ldl_factor.default": lambda: ldl_calls().map(lambda c: OpCall(c.args, {"hermitian": False})),
     "aten::linalg_cond.default": lambda: matrix_inputs(invertible=True).map(lambda A: (A,)),
     "aten::linalg_matrix_norm.str_ord": lambda: matrix_inputs(square=False).map(lambda A: (A, "nuc")),
     "aten::pinverse.default": lambda: matrix_inputs(square=False).filter(_full_rank).map(lambda A: (A,)),
@@ -858,27 +915,30 @@ STATIC_COMPOSITES = ("aten::linalg_tensorinv.default", "aten::linalg_tensorsolve
 def shimkit_op_plugins():
     yield OpPlugin(
         name="linalg",
-        ops=(*DECOMPOSITIONS, *COMPOSITES, LU_FACTOR, LU_SOLVE, CHOLESKY, EIGH, SVD, QR, CHECK_ERRORS),
+        ops=(*DECOMPOSITIONS, *COMPOSITES, LU_FACTOR, LU_SOLVE, CHOLESKY, EIGH, SVD, QR, LDL_FACTOR, CHECK_ERRORS),
         shims=SHIMS,
         decompositions={**{op: decomposition for op, (decomposition, _) in DECOMPOSITIONS.items()},
                         **{op: (_static_sizes_only(op) if op in STATIC_COMPOSITES else through_aten_composite(op))
                            for op in COMPOSITES}},
         decomposition_devices=("mps",),
-        # The edge verifier rejects linalg_pinv (not core ATen) before any backend sees it.
-        pre_edge=("aten::linalg_pinv.atol_rtol_tensor", ATEN_QR),
+        # The edge verifier rejects these (not core ATen) before any backend sees them.
+        pre_edge=("aten::linalg_pinv.atol_rtol_tensor", ATEN_QR, ATEN_LDL_FACTOR),
         references={**{op: resolve_op(op) for op in (*DECOMPOSITIONS, *COMPOSITES)},
                     ATEN_EIGH: eigh_with_canonical_signs, **SINGULAR_VECTOR_REFERENCES,
                     "aten::linalg_eigh.default": linalg_eigh_with_canonical_signs,
                     LU_FACTOR: torch.ops.shimkit.lu_factor.default, LU_SOLVE: torch.ops.shimkit.lu_solve.default,
                     CHOLESKY: torch.ops.shimkit.cholesky.default, EIGH: torch.ops.shimkit.eigh.default,
-                    SVD: torch.ops.shimkit.svd.default, QR: torch.ops.shimkit.qr.default},
+                    SVD: torch.ops.shimkit.svd.default, QR: torch.ops.shimkit.qr.default,
+                    LDL_FACTOR: torch.ops.shimkit.ldl_factor.default},
         input_strategies={**{op: calls for op, (_, calls) in DECOMPOSITIONS.items()}, **COMPOSITES,
                           LU_FACTOR: lambda: matrix_inputs(square=False).map(lambda A: (A,)),
                           LU_SOLVE: lu_solve_kernel_calls,
                           CHOLESKY: lambda: positive_definite_inputs().map(lambda A: (A,)),
                           EIGH: lambda: symmetric_inputs().map(lambda A: (A,)),
                           SVD: lambda: tall_matrix_inputs().map(lambda A: (A,)),
-                          QR: lambda: qr_calls().map(lambda c: (c[0], c[1] == "complete"))},
+                          QR: lambda: qr_calls().map(lambda c: (c[0], c[1] == "complete")),
+                          LDL_FACTOR: lambda: ldl_calls().map(lambda c: c.args)},
         doc="det, slogdet, inv, solve, cholesky, lu_factor, lu_solve, eigh, svd and what builds on them on mps, "
-            "through MSL LU, Cholesky, Householder QR, Jacobi eigenvalue and one-sided Jacobi SVD kernels (float32).",
+            "through MSL LU, Cholesky, Bunch-Kaufman LDL, Householder QR, Jacobi eigenvalue and one-sided Jacobi SVD "
+            "kernels (float32).",
     )

@@ -1,7 +1,7 @@
 // The c-shims of shimkit's linear-algebra ops for ExecuTorch's Metal runtime: aoti_torch_mps_shimkit_lu_factor,
-// _lu_solve, _cholesky, _eigh, _svd and _qr allocate their results and dispatch lu_factor.metal,
-// lu_solve.metal, cholesky.metal, eigh.metal, svd.metal and qr.metal exactly as the plugin's launch_*
-// functions do on Linux through shimkit.metal (where the kernels are tested);
+// _lu_solve, _cholesky, _eigh, _svd, _qr and _ldl_factor allocate their results and dispatch lu_factor.metal,
+// lu_solve.metal, cholesky.metal, eigh.metal, svd.metal, qr.metal and ldl_factor.metal exactly as the
+// plugin's launch_* functions do on Linux through shimkit.metal (where the kernels are tested);
 // aoti_torch_mps_shimkit_linalg_check_errors is ATen's _linalg_check_errors on the host.
 //
 // NOT COMPILED OR RUN ON LINUX, and not built or run by shimkit's CI (no Mac was available): it is written
@@ -25,6 +25,7 @@ extern "C" const char shimkit_msl_source_cholesky[];
 extern "C" const char shimkit_msl_source_eigh[];
 extern "C" const char shimkit_msl_source_svd[];
 extern "C" const char shimkit_msl_source_qr[];
+extern "C" const char shimkit_msl_source_ldl_factor[];
 
 namespace {
 
@@ -429,6 +430,53 @@ extern "C" AOTITorchError aoti_torch_mps_shimkit_qr(AOTITensorHandle A, int32_t 
   release({work, tau});
   *ret0 = q;
   *ret1 = r;
+  return Error::Ok;
+}
+
+extern "C" AOTITorchError aoti_torch_mps_shimkit_ldl_factor(AOTITensorHandle A, AOTITensorHandle* ret0,
+                                                            AOTITensorHandle* ret1, AOTITensorHandle* ret2) {
+  const char* shim = "aoti_torch_mps_shimkit_ldl_factor";
+  if (A == nullptr || ret0 == nullptr || ret1 == nullptr || ret2 == nullptr) {
+    ET_LOG(Error, "%s: null tensor handle", shim);
+    return Error::InvalidArgument;
+  }
+  auto* input = reinterpret_cast<ETensor*>(A);
+  if (!check_matrices(shim, "A", *input)) return Error::InvalidArgument;
+  const int64_t n = input->size(input->dim() - 1);
+  if (input->size(input->dim() - 2) != n) {
+    ET_LOG(Error, "%s: A must be batches of square matrices", shim);
+    return Error::InvalidArgument;
+  }
+  std::vector<int64_t> batch(input->sizes().begin(), input->sizes().end() - 2);
+  std::vector<int64_t> pivot_shape(input->sizes().begin(), input->sizes().end() - 1);
+  AOTITensorHandle ld = nullptr, pivots = nullptr, info = nullptr;
+  if (allocate(A, std::vector<int64_t>(input->sizes().begin(), input->sizes().end()), kFloat, &ld) != Error::Ok ||
+      allocate(A, pivot_shape, kInt, &pivots) != Error::Ok || allocate(A, batch, kInt, &info) != Error::Ok) {
+    release({ld, pivots, info});
+    ET_LOG(Error, "%s: could not allocate the results", shim);
+    return Error::MemoryAllocationFailed;
+  }
+  const int64_t matrices = batch_count(*input, 2);
+  if (matrices > 0) {
+    auto kernel = kernel_of(shimkit_msl_source_ldl_factor, "ldl_factor_float");
+    if (!kernel) {
+      release({ld, pivots, info});
+      ET_LOG(Error, "%s: the MSL library has no ldl_factor_float", shim);
+      return Error::NotSupported;
+    }
+    kernel->runCommandBlock([&] {
+      kernel->startEncoding();
+      kernel->setArg(0, *reinterpret_cast<ETensor*>(ld));
+      kernel->setArg(1, *reinterpret_cast<ETensor*>(pivots));
+      kernel->setArg(2, *reinterpret_cast<ETensor*>(info));
+      kernel->setArg(3, *input);
+      kernel->setArg(4, n);
+      kernel->dispatchSingle(static_cast<uint64_t>(matrices));
+    });
+  }
+  *ret0 = ld;
+  *ret1 = pivots;
+  *ret2 = info;
   return Error::Ok;
 }
 
