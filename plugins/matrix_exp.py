@@ -48,8 +48,9 @@ def matrix_exp_decomposition(self: torch.Tensor) -> torch.Tensor:
 
 
 def matrix_exp_calls():
-    """Square float32 matrices, batched and empty, with norms from tiny to ones needing a dozen squarings;
-    scaled so that exp(A) stays finite in float32."""
+    """Square float32 matrices, batched and empty, with 1-norms from tiny to a few squarings' worth. Each
+    squaring doubles the relative rounding error, in ATen as here: at the dozen squarings of larger norms the
+    two differ beyond torch's default float32 tolerance (tests/test_plugin_long_tail.py checks those at 1e-4)."""
     from hypothesis import strategies as st
 
     def build(batch, n, scale, seed):
@@ -58,7 +59,7 @@ def matrix_exp_calls():
         return (A * scale / max(1, n),)
 
     return st.builds(build, st.sampled_from([(), (2,), (2, 3), (0,)]), st.integers(0, 6),
-                     st.sampled_from([1e-6, 0.1, 1.0, 3.0, 20.0, 60.0]), st.integers(0, 2**32 - 1))
+                     st.sampled_from([1e-6, 0.1, 1.0, 3.0]), st.integers(0, 2**32 - 1))
 
 
 @hookimpl
