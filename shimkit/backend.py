@@ -19,7 +19,6 @@ import threading
 from typing import Any, Iterator, Mapping
 
 from shimkit.passes import Pipeline
-from shimkit.passes.inductor import PostGradPipeline
 from shimkit.plugins import BUILTIN_MODULES, BUILTIN_PACKAGE
 from shimkit.registry import BackendConfig, PluginRegistry
 
@@ -78,6 +77,10 @@ def pipeline(device: str, registry: PluginRegistry | None = None, **kwargs: Any)
 def inductor_options(config: BackendConfig) -> dict[str, Any]:
     """AOTInductor options to merge into the backend's own: the custom c-shims and the post-grad
     passes (as one ``post_grad_custom_post_pass``)."""
+    # Imported here, not at the top: it pulls in torch._inductor (a second of start-up), which
+    # `shimkit plugins` and `shimkit config` never need.
+    from shimkit.passes.inductor import PostGradPipeline
+
     options: dict[str, Any] = {}
     if config.custom_c_shims:
         options["aot_inductor.custom_ops_to_c_shims"] = dict(config.custom_c_shims)
