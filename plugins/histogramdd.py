@@ -19,6 +19,8 @@ everywhere instead (never a plausible count).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from shimkit.registry import OpCall, OpPlugin, hookimpl
@@ -79,10 +81,7 @@ def histogramdd_decomposition(self: torch.Tensor, bins, range=None, weight=None,
         position = torch.where(position == b, b - 1, position).clamp(0, b - 1)
         flat = flat * b + position
     counts = torch.ones_like(points[:, 0]) if weight is None else weight.reshape(-1).to(self.dtype)
-    total = 1
-    for b in bins:
-        total *= b
-    hist = torch.zeros(total, dtype=self.dtype, device=self.device)
+    hist = torch.zeros(math.prod(bins), dtype=self.dtype, device=self.device)
     hist = hist.index_add(0, flat, torch.where(inside, counts, 0.0)).reshape(tuple(bins))
     if density:
         hist = hist / hist.sum()

@@ -28,7 +28,7 @@ import math
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from shimkit.registry import DecompositionDeclined, OpCall, OpPlugin, hookimpl
+from shimkit.registry import DecompositionDeclined, OpCall, OpPlugin, hookimpl, resolve_op
 
 ONE_DIM = {"aten::fft_irfft.default": False, "aten::fft_hfft.default": True}
 MANY_DIMS = {"aten::fft_irfft2.default": (False, (-2, -1)), "aten::fft_irfftn.default": (False, None),
@@ -181,11 +181,6 @@ def many_dims_calls(default_dims):
                      st.sampled_from([None, "backward", "forward", "ortho"])).filter(valid).flatmap(lambda c: call(*c))
 
 
-def _reference(op: str):
-    overload = getattr(torch.ops.aten, op.split("::")[1].split(".")[0]).default
-    return lambda *args: overload(*args)
-
-
 @hookimpl
 def shimkit_op_plugins():
     decompositions = {op: one_dim_decomposition(op, forward) for op, forward in ONE_DIM.items()}
@@ -195,7 +190,7 @@ def shimkit_op_plugins():
         ops=(*ONE_DIM, *MANY_DIMS),
         decompositions=decompositions,
         decomposition_devices=("mps",),
-        references={op: _reference(op) for op in (*ONE_DIM, *MANY_DIMS)},
+        references={op: resolve_op(op) for op in (*ONE_DIM, *MANY_DIMS)},
         input_strategies={**{op: one_dim_calls for op in ONE_DIM},
                           **{op: (lambda dims=dims: many_dims_calls(dims)) for op, (_, dims) in MANY_DIMS.items()}},
         doc="irfft, hfft and their 2-D and n-D forms of real input as discrete Fourier sums (no complex tensors).",

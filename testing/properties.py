@@ -309,7 +309,8 @@ def assert_same_distribution(implementation: Callable, reference: Callable, args
             except Exception as error:
                 raise PropertyFailure(f"{name} raised {_exception_text(error)} on "
                                       f"({_arguments_text(args, kwargs)})") from error
-            expected_leaves, actual_leaves = _leaves(expected), _leaves(actual)
+            expected_leaves, actual_leaves = ([t for t in torch.utils._pytree.tree_leaves(result)
+                                                if isinstance(t, torch.Tensor)] for result in (expected, actual))
             layouts = [(tuple(t.shape), t.dtype) for t in expected_leaves]
             if [(tuple(t.shape), t.dtype) for t in actual_leaves] != layouts:
                 raise PropertyFailure(f"{name}: results {[(tuple(t.shape), t.dtype) for t in actual_leaves]} where "
@@ -336,12 +337,6 @@ def assert_same_distribution(implementation: Callable, reference: Callable, args
                               f"min/mean/max {a.min():.4g}/{a.mean():.4g}/{a.max():.4g}, reference "
                               f"{b.min():.4g}/{b.mean():.4g}/{b.max():.4g})\n  arguments: "
                               f"({_arguments_text(args, kwargs)})")
-
-
-def _leaves(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, (list, tuple)):
-        return [leaf for item in value for leaf in _leaves(item)]
-    return [value] if isinstance(value, torch.Tensor) else []
 
 
 class _OpCall(torch.nn.Module):
