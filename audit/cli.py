@@ -87,8 +87,11 @@ def _progress(stream: TextIO):
             started[index] = time.perf_counter()
             stream.write(f"[{index + 1}/{total}] {name} ...")
         else:
-            status = audit["status"] if isinstance(audit, dict) else audit.status
-            stream.write(f" {status} ({time.perf_counter() - started[index]:.2f} s)\n")
+            if isinstance(audit, dict):  # a worker's report entry (-j): its own time, not the wait for it
+                status, seconds = audit["status"], audit["timings_s"]["total"]
+            else:
+                status, seconds = audit.status, time.perf_counter() - started[index]
+            stream.write(f" {status} ({seconds:.2f} s)\n")
         stream.flush()
 
     return report

@@ -13,8 +13,9 @@ becomes a one-op model whose tensors are its inputs; it is exported and audited 
 * ``no-sample``: OpInfo has no sample in that dtype; ``timeout``: the audit did not finish.
 
 Run ``python -m shimkit.audit.coverage -j 2 --json coverage.json --markdown docs/coverage.md``; ``--ops``
-takes name patterns for a subset. Workers are separate processes; a crash or timeout in one op is that
-op's result, never the sweep's end.
+takes name patterns for a subset. Workers are processes forked from the sweep's (shimkit.audit.workers); a
+crash or timeout in one op is that op's result, never the sweep's end, and Ctrl-C writes the reports of the
+ops finished (exit status 130).
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import multiprocessing
 import os
 import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
+
+from shimkit.audit.workers import Failure, run_tasks
 
 STATUSES = ("clean", "missing", "pre-backend", "limitation", "error", "not-exportable", "no-sample", "timeout")
 # The phases in which a failure means the model never reached the backend.
@@ -145,43 +147,62 @@ def audit_op(name: str, dtype_name: str) -> OpResult:
     return OpResult(name, dtype_name, stock, shimkit, stock_detail, shimkit_detail, time.perf_counter() - start)
 
 
-def _quietly(name: str, dtype_name: str) -> dict[str, Any]:
+def _quietly(task: tuple[str, str]) -> dict[str, Any]:
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        try:
-            return asdict(audit_op(name, dtype_name))
-        except Exception as error:  # the sweep goes on; the op's row says what happened
-            detail = f"{type(error).__name__}: {error}"[:300]
-            return asdict(OpResult(name, dtype_name, "error", "error", detail, detail))
+        return asdict(audit_op(*task))
 
 
 def _quiet_worker() -> None:
     import logging
 
+    import torch
+
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)  # torch and torchao print load warnings per process
+    os.dup2(devnull, 2)  # torch and torchao print load warnings
     logging.disable(logging.WARNING)
+    torch.set_num_threads(1)  # one core per worker; GNU OpenMP's thread pool does not survive a fork
+
+
+def _preload() -> None:
+    """What every op's audit needs, imported and built once here, so that the forked workers share it
+    instead of each importing torch, ExecuTorch, Inductor and the OpInfo database again."""
+    from torch.testing._internal.common_methods_invocations import op_db  # noqa: F401
+
+    from shimkit.audit.runner import audit_loaded  # noqa: F401
+    from shimkit.backend import backend_config
+
+    backend_config("mps")
+
+
+def _failed(task: tuple[str, str], failure: Failure) -> dict[str, Any] | None:
+    name, dtype = task
+    if failure.phase == "interrupted":
+        return None
+    status = "timeout" if failure.phase == "timeout" else "error"
+    detail = failure.message[:300]
+    return asdict(OpResult(name, dtype, status, status, detail, detail, round(failure.seconds, 1)))
 
 
 def sweep(names: list[str], dtypes: list[str], jobs: int, timeout: float,
-          progress: Any = None) -> list[OpResult]:
-    """Every (op, dtype) audited in ``jobs`` worker processes, each op within ``timeout`` seconds."""
+          progress: Any = None) -> tuple[list[OpResult], bool]:
+    """Every (op, dtype) audited in ``jobs`` worker processes (:mod:`shimkit.audit.workers`), each within
+    ``timeout`` seconds: the results, and whether Ctrl-C cut the sweep short (the results then cover the
+    ops finished before it)."""
     tasks = [(name, dtype) for name in names for dtype in dtypes]
-    results: list[OpResult] = []
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(jobs, initializer=_quiet_worker, maxtasksperchild=50) as pool:
-        pending = [(task, pool.apply_async(_quietly, task)) for task in tasks]
-        for index, ((name, dtype), handle) in enumerate(pending):
-            try:
-                result = OpResult(**handle.get(timeout=timeout))
-            except multiprocessing.TimeoutError:
-                result = OpResult(name, dtype, "timeout", "timeout", f"no result within {timeout:.0f} s")
-            results.append(result)
-            if progress is not None:
-                progress(index + 1, len(tasks), result)
-    return results
+    _preload()
+
+    def report(index: int, total: int, task: tuple[str, str], result: dict[str, Any] | None) -> None:
+        if progress is not None and result is not None:
+            progress(index + 1, total, OpResult(**result))
+
+    # A worker is retired after 50 ops: each audit leaves some of Inductor's and the fake device's
+    # caches behind.
+    rows, interrupted = run_tasks(_quietly, tasks, jobs=jobs, timeout=timeout, on_failure=_failed,
+                                  initializer=_quiet_worker, tasks_per_worker=50, on_progress=report)
+    return [OpResult(**row) for row in rows if row is not None], interrupted
 
 
 # Ops shimkit could let through or decompose but does not, and why: found by running Inductor's Metal code
@@ -296,8 +317,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{done}/{total}] {result.op} {result.dtype}: stock {result.stock}, shimkit {result.shimkit}",
               file=sys.stderr, flush=True)
 
-    results = sweep(names, args.dtypes.split(","), args.jobs, args.timeout, progress)
+    results, interrupted = sweep(names, args.dtypes.split(","), args.jobs, args.timeout, progress)
     seconds = time.perf_counter() - start
+    if interrupted:
+        print(f"interrupted: the reports cover the {len(results)} (op, dtype) pairs finished", file=sys.stderr)
     document = {"seconds": round(seconds, 1), "jobs": args.jobs, "totals": totals(results), "goal": goal(results),
                 "results": [asdict(r) for r in results]}
     if args.json:
@@ -307,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.markdown, "w", encoding="utf-8") as handle:
             handle.write(to_markdown(results, seconds, args.jobs))
     print(json.dumps({"seconds": document["seconds"], "totals": document["totals"], "goal": document["goal"]}))
-    return 0
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":

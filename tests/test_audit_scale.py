@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from shimkit.audit.cli import configure_parser, run
+from shimkit.audit.cli import _progress, configure_parser, run
 from shimkit.audit.parallel import MergeError, audit_in_workers, merge_reports, shard
 
 import argparse
@@ -58,6 +58,23 @@ def test_workers_give_one_report_and_a_slow_model_costs_only_itself(tmp_path):
     assert slow["status"] == "error" and "--timeout" in slow["failure"]["message"]
     assert document["summary"]["models"] == 3 and document["summary"]["error"] == 1
     assert code == document["exit_code"] == 2
+
+
+def test_the_progress_line_shows_a_workers_own_time_not_the_wait_for_it():
+    stream = io.StringIO()
+    progress = _progress(stream)
+    progress(0, 2, "a", None)
+    progress(0, 2, "a", {"status": "clean", "timings_s": {"total": 3.25}})
+    assert stream.getvalue() == "[1/2] a ... clean (3.25 s)\n"
+
+
+def test_a_model_that_kills_its_worker_is_that_models_error(tmp_path):
+    (tmp_path / "dies.py").write_text("import os\n\ndef model():\n    os._exit(9)\n")
+    code, out = audit("-j", "2", "--json", f"{tmp_path / 'dies.py'}:model", "seed_split_linear")
+    document = json.loads(out)
+    dies, clean = document["models"]
+    assert dies["status"] == "error" and "died (exit code 9)" in dies["failure"]["message"]
+    assert clean["status"] == "clean" and code == document["exit_code"] == 2
 
 
 @pytest.mark.parametrize("where", ["progress after a model", "waiting for a worker"])

@@ -1,0 +1,232 @@
+"""One pool of worker processes for everything the audit runs many of: models under ``shimkit audit -j``
+(:func:`shimkit.audit.parallel.audit_in_workers`) and OpInfo ops in the coverage sweep
+(:func:`shimkit.audit.coverage.sweep`).
+
+Workers are forked from the caller, as torch's DataLoader forks its workers, so that none pays the seconds
+of importing torch, ExecuTorch and Inductor again (``start_method="spawn"`` starts fresh interpreters, for
+work a fork cannot carry, such as a CUDA context). Each worker takes one task at a time over a pipe, under
+an alarm of ``timeout`` seconds. What can go wrong with a task is that task's result, through the caller's
+``on_failure``, and the other tasks go on:
+
+* the task raises: phase ``"worker"``, the exception's type and message;
+* the task runs past ``timeout``: phase ``"timeout"`` (a hang in native code, which the alarm cannot stop,
+  is given up ``GRACE_S`` seconds later and its worker killed);
+* the worker process dies (a segfault, ``os._exit``): phase ``"worker"``, with its exit code; a new
+  worker takes the next task;
+* Ctrl-C in the caller: the results so far are returned, the task being waited for is reported with phase
+  ``"interrupted"``, and every worker is stopped. Workers ignore SIGINT themselves, so a Ctrl-C sent to
+  the whole process group (as a terminal does) reaches only the caller.
+
+Results come back in the order of ``tasks``, and ``on_progress`` sees them in that order.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable, Sequence, TypeVar
+
+Task = TypeVar("Task")
+Result = TypeVar("Result")
+
+# How long past ``timeout`` the caller waits for a worker before killing it: the worker's own alarm stops a
+# Python-level hang at ``timeout``; this covers a hang in native code, where no signal handler runs.
+GRACE_S = 300.0
+
+
+class TaskTimeout(BaseException):
+    """Raised in a worker when its task runs past the pool's timeout. A ``BaseException``, like
+    ``KeyboardInterrupt``, so that a task's own ``except Exception`` does not swallow it."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a task has no result of its own: ``phase`` is ``"timeout"``, ``"worker"`` or ``"interrupted"``;
+    ``seconds`` is how long it ran, as far as the caller saw."""
+
+    phase: str
+    message: str
+    seconds: float
+
+
+def run_tasks(function: Callable[[Task], Result], tasks: Sequence[Task], *, jobs: int,
+              on_failure: Callable[[Task, Failure], Result], timeout: float | None = None,
+              start_method: str = "fork", tasks_per_worker: int | None = None,
+              initializer: Callable[[], None] | None = None,
+              on_progress: Callable[[int, int, Task, Result | None], None] | None = None,
+              ) -> tuple[list[Result], bool]:
+    """``function(task)`` for every task in ``jobs`` worker processes: the results in the order of
+    ``tasks``, and whether Ctrl-C cut the run short (the results then end with the interrupted task).
+
+    ``function`` and ``initializer`` (run once in each new worker) must be importable module-level
+    callables (or ``functools.partial`` of one) when ``start_method`` is ``"spawn"``; results must pickle.
+    ``tasks_per_worker`` retires a worker after that many tasks (memory a task leaks goes with it; 1 gives
+    every task a fresh process). ``on_progress(index, total, task, None)`` announces the task the run waits
+    for next, ``on_progress(index, total, task, result)`` its result.
+
+    >>> results, interrupted = run_tasks(abs, [-1, 2, -3], jobs=2, on_failure=lambda task, failure: None)
+    >>> results, interrupted
+    ([1, 2, 3], False)
+    """
+    if jobs < 1:
+        raise ValueError(f"run_tasks needs at least one worker, got jobs={jobs}")
+    total = len(tasks)
+    results: dict[int, Result] = {}
+    waiting: deque[int] = deque(range(total))
+    workers: list[_Worker] = []
+    context = multiprocessing.get_context(start_method)
+    reported = 0
+    waited_for = -1  # the task whose result the run is waiting for, once its announcement is made
+    try:
+        if on_progress and total:
+            on_progress(0, total, tasks[0], None)
+        waited_for = 0
+        while reported < total:
+            while waiting and sum(w.busy for w in workers) < jobs:
+                worker = next((w for w in workers if not w.busy and w.process.is_alive()), None)
+                if worker is None:
+                    worker = _Worker(context, function, timeout, initializer)
+                    workers.append(worker)
+                worker.give(waiting.popleft(), tasks)
+            for worker in _ready(workers, timeout):
+                index, outcome = worker.collect(timeout)
+                if outcome is None:
+                    continue
+                results[index] = outcome[1] if outcome[0] == "ok" else on_failure(tasks[index], outcome[1])
+                if not worker.alive or (tasks_per_worker and worker.tasks_done >= tasks_per_worker):
+                    worker.stop()
+                    workers.remove(worker)
+            while reported in results:
+                reported += 1  # before the progress call: a Ctrl-C inside it keeps this result
+                if on_progress:
+                    on_progress(reported - 1, total, tasks[reported - 1], results[reported - 1])
+                    if reported < total:
+                        on_progress(reported, total, tasks[reported], None)
+                waited_for = reported
+    except KeyboardInterrupt:
+        # Ctrl-C lands anywhere in the loop, a progress line included: the results reported are kept, and
+        # the task waited for, if any, is reported as interrupted.
+        done = [results[i] for i in range(reported)]
+        if waited_for == reported < total:
+            done.append(on_failure(tasks[reported], Failure("interrupted", "KeyboardInterrupt: interrupted",
+                                                            _running_for(workers, reported))))
+        return done, True
+    finally:
+        for worker in workers:
+            worker.stop()
+    return [results[i] for i in range(total)], False
+
+
+def _ready(workers: list[_Worker], timeout: float | None) -> list[_Worker]:
+    """The workers with something to collect: a message, a death, or a task past its grace period."""
+    busy = [w for w in workers if w.busy]
+    if not busy:
+        return []
+    deadline = None if timeout is None else min(w.started for w in busy) + timeout + GRACE_S - time.monotonic()
+    handles = [h for w in busy for h in (w.connection, w.process.sentinel)]
+    ready = set(wait(handles, timeout=None if deadline is None else max(deadline, 0.0)))
+    now = time.monotonic()
+    return [w for w in busy if w.connection in ready or w.process.sentinel in ready
+            or (timeout is not None and now - w.started > timeout + GRACE_S)]
+
+
+def _running_for(workers: list[_Worker], index: int) -> float:
+    return next((time.monotonic() - w.started for w in workers if w.busy and w.index == index), 0.0)
+
+
+class _Worker:
+    """One worker process and the caller's end of its pipe."""
+
+    def __init__(self, context: Any, function: Callable, timeout: float | None,
+                 initializer: Callable[[], None] | None) -> None:
+        self.connection, child = context.Pipe()
+        self.process = context.Process(target=_serve, args=(child, function, timeout, initializer), daemon=True)
+        self.process.start()
+        child.close()
+        self.index = -1
+        self.started = 0.0
+        self.tasks_done = 0
+        self.alive = True
+
+    @property
+    def busy(self) -> bool:
+        return self.index >= 0
+
+    def give(self, index: int, tasks: Sequence[Any]) -> None:
+        self.index, self.started = index, time.monotonic()
+        try:
+            self.connection.send(tasks[index])
+        except OSError:
+            pass  # the worker died since its last task: collect() reports the death as this task's
+
+    def collect(self, timeout: float | None) -> tuple[int, tuple[str, Any] | None]:
+        """``(index, outcome)`` for the task this worker held: ``("ok", result)`` or ``("failed", Failure)``;
+        ``None`` when it has nothing yet."""
+        index, seconds = self.index, time.monotonic() - self.started
+        try:
+            if self.connection.poll():
+                kind, payload, seconds = self.connection.recv()
+                self.index, self.tasks_done = -1, self.tasks_done + 1
+                if kind == "ok":
+                    return index, ("ok", payload)
+                return index, ("failed", Failure(kind, payload, seconds))
+        except (EOFError, OSError):
+            pass  # the worker died mid-message: reported below like any death
+        if self.process.is_alive() and (timeout is None or seconds <= timeout + GRACE_S):
+            return index, None
+        self.alive, self.index = False, -1
+        if self.process.is_alive():
+            return index, ("failed", Failure("timeout", f"did not finish within {timeout:g} s, nor "
+                                             f"{GRACE_S:g} s after (a hang in native code); its worker was "
+                                             f"killed", seconds))
+        self.process.join()
+        return index, ("failed", Failure("worker", f"its worker process died (exit code {self.process.exitcode}) "
+                                         f"before giving a result", seconds))
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self.connection.close()
+
+
+def _serve(connection: Connection, function: Callable, timeout: float | None,
+           initializer: Callable[[], None] | None) -> None:
+    """A worker's life: run each task it is sent, send back ``(kind, payload, seconds)``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
+    if initializer:
+        initializer()
+    expired = False
+
+    def expire(signum: int, frame: Any) -> None:
+        nonlocal expired
+        expired = True
+        raise TaskTimeout
+
+    signal.signal(signal.SIGALRM, expire)
+    while True:
+        try:
+            task = connection.recv()
+        except EOFError:
+            return
+        expired = False
+        started = time.monotonic()
+        if timeout is not None:
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+        timed_out = ("timeout", f"did not finish within {timeout:g} s (--timeout); the other results are kept"
+                     if timeout is not None else "")
+        try:
+            message: tuple[str, Any] = ("ok", function(task))
+        except TaskTimeout:
+            message = timed_out
+        except Exception as error:
+            message = ("worker", f"{type(error).__name__}: {error}")
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        if expired:  # also where the task caught TaskTimeout itself and went on
+            message = timed_out
+        connection.send((*message, time.monotonic() - started))

@@ -1,0 +1,114 @@
+"""The one worker pool (shimkit.audit.workers) behind `shimkit audit -j` and the OpInfo sweep: results in
+order, and a task that raises, hangs, swallows its timeout or kills its worker is that task's result only."""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from shimkit.audit.workers import Failure, run_tasks
+
+
+def behave(task: str) -> str:
+    if task == "exit":
+        os._exit(7)
+    if task == "segfault":
+        faulthandler.disable()  # pytest's traceback dump on a fatal signal: noise here, the death is the point
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if task == "raise":
+        raise ValueError("bad input")
+    if task == "hang":
+        time.sleep(60)
+    if task == "swallow":
+        try:
+            time.sleep(60)
+        except BaseException:  # a task that catches everything still times out
+            pass
+    return f"{task}:{os.getpid()}"
+
+
+def as_failure(task: str, failure: Failure) -> tuple[str, str, str]:
+    return task, failure.phase, failure.message
+
+
+def test_every_failure_is_that_tasks_result_and_order_is_kept():
+    tasks = ["a", "exit", "raise", "hang", "segfault", "swallow", "b"]
+    results, interrupted = run_tasks(behave, tasks, jobs=2, timeout=3, on_failure=as_failure)
+    assert not interrupted
+    assert [r.split(":")[0] if isinstance(r, str) else r[0] for r in results] == tasks
+    failures = {r[0]: r[1:] for r in results if isinstance(r, tuple)}
+    assert failures["exit"] == ("worker", "its worker process died (exit code 7) before giving a result")
+    assert failures["segfault"] == ("worker", f"its worker process died (exit code {-signal.SIGSEGV}) before "
+                                              f"giving a result")
+    assert failures["raise"] == ("worker", "ValueError: bad input")
+    assert failures["hang"][0] == failures["swallow"][0] == "timeout"
+    assert "within 3 s (--timeout)" in failures["hang"][1]
+
+
+def test_workers_are_forked_reused_and_retired():
+    results, _ = run_tasks(behave, list("abcd"), jobs=1, on_failure=as_failure)
+    assert len({r.split(":")[1] for r in results}) == 1 and os.getpid() != int(results[0].split(":")[1])
+    results, _ = run_tasks(behave, list("abcd"), jobs=1, tasks_per_worker=2, on_failure=as_failure)
+    assert [len({r.split(":")[1] for r in results[i:i + 2]}) for i in (0, 2)] == [1, 1]
+    assert results[0].split(":")[1] != results[2].split(":")[1]
+
+
+def test_progress_announces_and_reports_each_task_in_order():
+    seen = []
+    run_tasks(behave, ["a", "raise", "b"], jobs=2, on_failure=as_failure,
+              on_progress=lambda index, total, task, result: seen.append((index, total, task, result is None)))
+    assert seen == [(0, 3, "a", True), (0, 3, "a", False), (1, 3, "raise", True), (1, 3, "raise", False),
+                    (2, 3, "b", True), (2, 3, "b", False)]
+
+
+def test_bad_worker_counts_are_refused():
+    with pytest.raises(ValueError, match="jobs=0"):
+        run_tasks(behave, ["a"], jobs=0, on_failure=as_failure)
+
+
+INTERRUPTED_RUN = textwrap.dedent("""
+    import json, sys, time
+    from shimkit.audit.workers import run_tasks
+
+    def nap(task):
+        time.sleep(0.15)
+        return task
+
+    def progress(index, total, task, result):
+        if result is None:
+            print("waiting", index, file=sys.stderr, flush=True)
+
+    results, interrupted = run_tasks(nap, list(range(12)), jobs=2, on_progress=progress,
+                                     on_failure=lambda task, failure: {"interrupted": task, "phase": failure.phase})
+    print(json.dumps({"results": results, "interrupted": interrupted}))
+""")
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.2, 0.35, 0.5, 0.7, 0.9])
+def test_ctrl_c_to_the_process_group_at_any_moment_keeps_what_finished(delay):
+    # The whole group gets SIGINT, as from a terminal: the workers ignore it, the caller stops and returns
+    # the results in order, ending with the task it was waiting for.
+    process = subprocess.Popen([sys.executable, "-c", INTERRUPTED_RUN], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    while "waiting" not in process.stderr.readline():  # imports done, the pool is running
+        pass
+    time.sleep(delay)
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, stdout
+    document = json.loads(stdout)
+    results = document["results"]
+    finished = [r for r in results if not isinstance(r, dict)]
+    assert finished == list(range(len(finished)))
+    if document["interrupted"]:
+        assert results[len(finished):] in ([], [{"interrupted": len(finished), "phase": "interrupted"}])
+    else:
+        assert finished == list(range(12))
