@@ -74,6 +74,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--report", metavar="FILE",
                         help="also audit stock (--no-plugins) and write a Markdown coverage table to FILE: "
                              "model, status with shimkit, missing kernels, stock status")
+    parser.add_argument("--cache-dir", metavar="DIR",
+                        help="where audit results are kept and reused for unchanged models, options, versions "
+                             "and plugins (default: $XDG_CACHE_HOME/shimkit/audit, else ~/.cache/shimkit/audit)")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="audit every model afresh, reading and writing no cache")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--list-zoo", action="store_true", help="list the bundled zoo models and exit")
     return parser
@@ -87,8 +92,10 @@ def _progress(stream: TextIO):
             started[index] = time.perf_counter()
             stream.write(f"[{index + 1}/{total}] {name} ...")
         else:
-            if isinstance(audit, dict):  # a worker's report entry (-j): its own time, not the wait for it
+            if isinstance(audit, dict):  # a report entry: its own time (-j: not the wait for it)
                 status, seconds = audit["status"], audit["timings_s"]["total"]
+                if audit.get("cached"):
+                    status += ", from the cache"
             else:
                 status, seconds = audit.status, time.perf_counter() - started[index]
             stream.write(f" {status} ({seconds:.2f} s)\n")
@@ -128,7 +135,8 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
         return 0
 
     from shimkit.audit.fake_mps import AuditEnvironmentError, check_torch_version
-    from shimkit.audit.parallel import audit_in_workers, shard
+    from shimkit.audit.cache import AuditCache, default_cache_dir
+    from shimkit.audit.parallel import audit_in_process, audit_in_workers, shard
     from shimkit.audit.report import document_of, to_json
     from shimkit.audit.runner import run_audit
     from shimkit.audit.suites import SuiteError, suite_models
@@ -160,6 +168,8 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
         stderr.write(f"shimkit audit: -j takes a positive number of workers, got {jobs}\n")
         return EXIT_INCOMPLETE
     progress = None if args.quiet else _progress(stderr)
+    cache = None if getattr(args, "no_cache", False) else AuditCache(getattr(args, "cache_dir", None)
+                                                                     or default_cache_dir())
     try:
         # What models and factories print goes to stderr: stdout carries the report alone.
         with _quiet_libraries(), contextlib.redirect_stdout(stderr):
@@ -167,7 +177,11 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
                 if jobs > 1 and len(specs) > 1:
                     models, interrupted = audit_in_workers(
                         specs, plugins=plugins, check_numerics=args.check_numerics, jobs=min(jobs, len(specs)),
-                        timeout=getattr(args, "timeout", None), target=target, on_progress=progress)
+                        timeout=getattr(args, "timeout", None), target=target, on_progress=progress, cache=cache)
+                    return document_of(models, plugins=plugins, interrupted=interrupted, target=target)
+                if cache is not None:
+                    models, interrupted = audit_in_process(specs, plugins=plugins, check_numerics=args.check_numerics,
+                                                           target=target, cache=cache, on_progress=progress)
                     return document_of(models, plugins=plugins, interrupted=interrupted, target=target)
                 return to_json(run_audit(specs, plugins=plugins, on_progress=progress,
                                          check_numerics=args.check_numerics, target=target))

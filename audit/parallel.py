@@ -13,6 +13,7 @@ import functools
 import json
 from typing import Any, Callable, Sequence
 
+from shimkit.audit.cache import AuditCache, audit_entry
 from shimkit.audit.report import SCHEMA_VERSION, document_of, target_of
 from shimkit.audit.targets import METAL, TARGETS, Target
 from shimkit.audit.workers import Failure, run_tasks
@@ -38,18 +39,38 @@ def shard(specs: Sequence[str], selector: str) -> list[str]:
     return [spec for position, spec in enumerate(specs) if position % count == index - 1]
 
 
-def _audit_one(spec: str, plugins: bool, check_numerics: bool, target_name: str = METAL.name) -> dict[str, Any]:
+def _audit_one(spec: str, plugins: bool, check_numerics: bool, target_name: str = METAL.name,
+               cache: AuditCache | None = None) -> dict[str, Any]:
     import contextlib
     import sys
     import warnings
 
-    from shimkit.audit.report import to_json
-    from shimkit.audit.runner import run_audit
-
     with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
         warnings.simplefilter("ignore")
-        return to_json(run_audit([spec], plugins=plugins, check_numerics=check_numerics,
-                                 target=TARGETS[target_name]))["models"][0]
+        return audit_entry(spec, plugins=plugins, check_numerics=check_numerics, target=TARGETS[target_name],
+                           cache=cache)
+
+
+def audit_in_process(specs: Sequence[str], *, plugins: bool, check_numerics: bool, target: Target = METAL,
+                     cache: AuditCache | None = None,
+                     on_progress: Callable[[int, int, str, dict[str, Any] | None], None] | None = None,
+                     ) -> tuple[list[dict[str, Any]], bool]:
+    """:func:`audit_in_workers` in this process, one model after the other (``-j 1``)."""
+    models: list[dict[str, Any]] = []
+    index = 0
+    try:
+        for index, spec in enumerate(specs):
+            if on_progress:
+                on_progress(index, len(specs), spec, None)
+            models.append(audit_entry(spec, plugins=plugins, check_numerics=check_numerics, target=target,
+                                      cache=cache))
+            if on_progress:
+                on_progress(index, len(specs), spec, models[-1])
+    except KeyboardInterrupt:
+        if len(models) == index < len(specs):
+            models.append(_failed(specs[index], Failure("interrupted", "KeyboardInterrupt: interrupted", 0.0)))
+        return models, True
+    return models, False
 
 
 def _single_threaded_torch() -> None:
@@ -67,13 +88,13 @@ def _failed(spec: str, failure: Failure) -> dict[str, Any]:
             "failure": {"kind": status, "phase": failure.phase, "message": failure.message, "op": None,
                         "node": None, "traceback": ""},
             "timings_s": {**dict.fromkeys(PHASES, 0.0), "total": round(failure.seconds, 3)}, "numerics": None,
-            "declines": []}
+            "declines": [], "cached": False}
 
 
 def audit_in_workers(specs: Sequence[str], *, plugins: bool, check_numerics: bool, jobs: int,
                      timeout: float | None, target: Target = METAL,
                      on_progress: Callable[[int, int, str, dict[str, Any] | None], None] | None = None,
-                     ) -> tuple[list[dict[str, Any]], bool]:
+                     cache: AuditCache | None = None) -> tuple[list[dict[str, Any]], bool]:
     """Every model of ``specs`` audited in ``jobs`` worker processes (:mod:`shimkit.audit.workers`): their
     report entries, in order, and whether Ctrl-C cut the run short (the entries then end with the model
     it interrupted)."""
@@ -81,7 +102,7 @@ def audit_in_workers(specs: Sequence[str], *, plugins: bool, check_numerics: boo
     # survive a fork). CUDA does not survive one either: workers that lower on a real GPU start afresh, one
     # per model, so that a CUDA fault in one model (it poisons the process's context) cannot fail the next.
     return run_tasks(functools.partial(_audit_one, plugins=plugins, check_numerics=check_numerics,
-                                       target_name=target.name),
+                                       target_name=target.name, cache=cache),
                      specs, jobs=jobs, timeout=timeout, on_failure=_failed, initializer=_single_threaded_torch,
                      start_method="fork" if target.fake_device else "spawn",
                      tasks_per_worker=None if target.fake_device else 1, on_progress=on_progress)

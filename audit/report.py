@@ -16,7 +16,8 @@ from shimkit.audit.exit_status import EXIT_CLEAN, EXIT_INCOMPLETE, EXIT_INTERRUP
 from shimkit.audit.runner import PHASES, AuditRun, ModelAudit
 from shimkit.audit.targets import METAL, TARGETS, Target
 
-SCHEMA_VERSION = 1  # additions since: "numerics", "declines" per model; status "wrong"; failure "traceback"
+SCHEMA_VERSION = 1  # additions since: "numerics", "declines", "cached" per model; status "wrong"; failure
+# "traceback"; summary "cached"
 
 
 def upstream_provider(target: Target) -> str:
@@ -144,6 +145,7 @@ def _model_json(audit: ModelAudit, run: AuditRun) -> dict[str, Any]:
         "timings_s": timings,
         "numerics": _numerics_json(audit.numerics),
         "declines": [{"op": d.op, "node": d.node, "where": d.where, "reason": d.reason} for d in audit.declines],
+        "cached": False,
     }
 
 
@@ -207,6 +209,7 @@ def document_of(models: list[dict[str, Any]], *, plugins: bool, interrupted: boo
             "models": len(models),
             **counts,
             "missing_kernels": sorted({name for m in models for name in m["missing"]}),
+            "cached": sum(bool(m.get("cached")) for m in models),
         },
         "models": models,
     }
@@ -222,7 +225,8 @@ def _source_text(node: dict[str, Any]) -> str:
 
 def render_model(model: dict[str, Any]) -> str:
     """One model's kernels, providers, missing kernels with nodes and fixes, or why it stopped."""
-    lines = [f"{model['name']}: {model['status'].upper()}"]
+    cached = " (from the audit cache)" if model.get("cached") else ""
+    lines = [f"{model['name']}: {model['status'].upper()}{cached}"]
     width = max((len(k["name"]) for k in model["kernels"]), default=0)
     for kernel in model["kernels"]:
         if kernel["status"] == "supported":
@@ -273,7 +277,8 @@ def render_table(document: dict[str, Any]) -> str:
     rows = []
     for model in document["models"]:
         timings = model["timings_s"]
-        rows.append((model["name"], model["status"], str(len(model["kernels"])), str(len(model["missing"])),
+        status = model["status"] + (" (cached)" if model.get("cached") else "")
+        rows.append((model["name"], status, str(len(model["kernels"])), str(len(model["missing"])),
                      *(f"{timings[p]:.2f}" for p in PHASES), f"{timings['total']:.2f}"))
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     numeric = set(range(2, len(header)))
@@ -290,6 +295,8 @@ def render_table(document: dict[str, Any]) -> str:
                f"missing kernels, {summary['wrong']} wrong numbers, {summary['unchecked']} numerics unchecked, "
                f"{summary['limitation']} audit limitations, "
                f"{summary['error']} errors")
+    if summary.get("cached"):
+        out.append(f"{summary['cached']} of them answered from the audit cache (--no-cache audits afresh)")
     if summary["missing_kernels"]:
         out.append(f"missing: {', '.join(summary['missing_kernels'])}")
     return "\n".join(out)

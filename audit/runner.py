@@ -289,7 +289,7 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
         audit.failure = _describe_failure(error, watch)
         return
     if check_numerics:
-        eager = loaded.model if loaded.exported is None else exported.module()
+        eager = loaded.model if loaded.model is not None else exported.module()
         if not target.fake_device:
             eager = numerics_check.on_device(eager, torch.device(target.device))
         with clock.phase("numerics"):

@@ -96,9 +96,9 @@ def test_blocked_plugin_is_named_as_the_fix():
 
 TOP = {"schema_version", "tool", "versions", "backend", "device", "plugins", "status", "exit_code", "summary", "models"}
 SUMMARY = {"models", "clean", "missing", "wrong", "unchecked", "limitation", "error", "interrupted",
-           "missing_kernels"}
+           "missing_kernels", "cached"}
 MODEL = {"name", "status", "partitions", "kernels", "missing", "upstream_errors", "failure", "timings_s",
-         "numerics", "declines"}
+         "numerics", "declines", "cached"}
 KERNEL = {"name", "mechanism", "op", "status", "provider", "nodes", "fixes"}
 PROVIDER = {"plugin", "source", "op"}
 NODE = {"name", "target", "source", "stack_trace"}

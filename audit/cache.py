@@ -1,0 +1,241 @@
+"""The audit cache: a model whose audit would come out the same is answered from an earlier result.
+
+Almost all of an audit's time is ``to_edge``, the backend's passes and Inductor; ``torch.export`` is a small
+part (docs/audit.md, "Speed"). So each model is still loaded and exported, and the exported program, with
+everything else that decides the report, is hashed into a key:
+
+* the exported program: its graph with every node's shapes, dtypes and strides, the source line behind each
+  node (the report quotes them), the graph signature and the ranges of its dynamic dimensions; the values of
+  its weights and example inputs only with ``--check-numerics``, the one audit they change;
+* the options: plugins or stock, ``--check-numerics``, the backend;
+* the versions of Python, torch, ExecuTorch and shimkit, and the digest of shimkit's own sources (an
+  editable install changes without a version);
+* the plugin registry, active and blocked: every op plugin's and pass's record, the source files of the
+  module that declared it (a changed decomposition changes its module), every file of each kernel folder,
+  and the problems reported for broken plugins.
+
+A hit returns the stored report entry with ``"cached": true``. Entries are JSON files under
+``<cache dir>/<2 hex>/<key>.json``, written to a temporary file and renamed into place, so concurrent
+writers (``-j`` workers, parallel CI jobs) never leave a torn entry: a reader sees a whole entry or none.
+A file that does not parse is treated as absent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+CACHE_FORMAT = 1
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/shimkit/audit`` (``~/.cache/shimkit/audit`` when unset), as the XDG base directory
+    specification puts per-user caches."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "shimkit" / "audit"
+
+
+class AuditCache:
+    """Report entries by key in ``directory`` (created on first write)."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        try:
+            with open(self._path(key), encoding="utf-8") as handle:
+                stored = json.load(handle)
+        except (OSError, ValueError):
+            return None
+        if not isinstance(stored, dict) or stored.get("format") != CACHE_FORMAT or stored.get("key") != key:
+            return None
+        return stored["entry"]
+
+    def put(self, key: str, entry: dict[str, Any]) -> None:
+        """Store ``entry``; a cache that cannot be written (read-only, full) is skipped, never an error."""
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:8]}.", suffix=".tmp")
+            try:
+                with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+                    json.dump({"format": CACHE_FORMAT, "key": key, "entry": entry}, handle)
+                os.replace(partial, path)
+            except BaseException:
+                os.unlink(partial)
+                raise
+        except OSError:
+            pass
+
+
+def audit_key(exported: Any, example_inputs: Iterable[Any], *, plugins: bool, check_numerics: bool,
+              target: str, registry: Any) -> str:
+    """The digest of everything that decides one model's audit report (see the module docstring)."""
+    digest = hashlib.sha256()
+    for part in (f"format={CACHE_FORMAT}", _environment(), f"plugins={plugins}",
+                 f"check_numerics={check_numerics}", f"target={target}", registry_fingerprint(registry)):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    _hash_program(digest, exported, example_inputs, with_values=check_numerics)
+    return digest.hexdigest()
+
+
+def _hash_program(digest: Any, exported: Any, example_inputs: Iterable[Any], *, with_values: bool) -> None:
+    import torch
+
+    module = exported.graph_module
+    digest.update(module.print_readable(print_output=False, include_stride=True, include_device=True).encode())
+    for graph_module in module.modules():
+        for node in getattr(getattr(graph_module, "graph", None), "nodes", ()):
+            digest.update(f"{node.name}\0{node.meta.get('stack_trace') or ''}\0".encode())
+    digest.update(str(exported.graph_signature).encode())
+    digest.update(str(sorted((str(k), str(v)) for k, v in exported.range_constraints.items())).encode())
+    tensors = [*exported.state_dict.items(), *exported.constants.items(),
+               *((f"input{i}", t) for i, t in enumerate(example_inputs))]
+    for name, value in tensors:
+        if not isinstance(value, torch.Tensor):
+            digest.update(f"{name}={type(value).__name__}".encode())
+            continue
+        digest.update(f"{name}:{tuple(value.shape)}:{value.dtype}:{value.stride()}".encode())
+        if with_values:
+            digest.update(value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+                          if value.numel() else b"")
+
+
+def registry_fingerprint(registry: Any) -> str:
+    """The digest of a registry's plugins as they decide an audit: records, declaring sources, kernel files
+    and reported problems, active and blocked alike."""
+    digest = hashlib.sha256()
+    for entries in (registry.op_plugins(include_blocked=True), registry.pass_specs(include_blocked=True)):
+        for entry in entries:
+            digest.update(f"{_stable(entry.record)}\0{_stable(entry.source)}\0{entry.blocked}\0".encode())
+            digest.update(_module_digest(entry.source.module).encode())
+            for shim in getattr(entry.record, "shims", ()):
+                if shim.kernel is not None:
+                    digest.update(_folder_digest(shim.kernel.directory).encode())
+    for problem in registry.problems:
+        digest.update(f"{_stable(problem.source)}\0{problem.stage}\0{problem.message}\0".encode())
+    return digest.hexdigest()
+
+
+def _stable(value: Any) -> str:
+    """Text for a record that is the same in every process: callables by name (their code is hashed with
+    the module declaring them), never by address."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = ",".join(f"{f.name}={_stable(getattr(value, f.name))}" for f in dataclasses.fields(value))
+        return f"{type(value).__name__}({fields})"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_stable(k)}:{_stable(v)}" for k, v in sorted(value.items(), key=lambda i: str(i[0]))) + "}"
+    if isinstance(value, (list, tuple, frozenset, set)):
+        items = sorted(map(_stable, value)) if isinstance(value, (set, frozenset)) else map(_stable, value)
+        return "[" + ",".join(items) + "]"
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return repr(value)
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{getattr(value, '__module__', '?')}.{value.__qualname__}"
+    text = str(value)
+    return type(value).__name__ if " at 0x" in text else text
+
+
+def _module_digest(module_name: str) -> str:
+    """The source files of a loaded module: all of its package's ``.py`` files for a package."""
+    path = Path(getattr(sys.modules.get(module_name), "__file__", "") or "")
+    if not path.is_file():
+        return "no-file"
+    if path.name == "__init__.py":
+        return _folder_digest(str(path.parent), "*.py")
+    return _file_digest(path)
+
+
+def _folder_digest(folder: str, pattern: str = "*") -> str:
+    digest = hashlib.sha256()
+    for path in sorted(Path(folder).rglob(pattern)):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(f"{path.relative_to(folder)}\0{_file_digest(path)}\0".encode())
+    return digest.hexdigest()
+
+
+def _file_digest(path: Path) -> str:
+    status = path.stat()
+    return _contents_digest(str(path), status.st_mtime_ns, status.st_size)
+
+
+@lru_cache(maxsize=4096)
+def _contents_digest(path: str, mtime_ns: int, size: int) -> str:
+    """A file's digest, read once per version of it (the stat fields are the cache key)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@lru_cache(maxsize=None)
+def _environment() -> str:
+    import importlib.metadata
+    import importlib.util
+
+    import torch
+
+    def version(distribution: str) -> str:
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            return "absent"
+
+    import shimkit
+
+    sources = hashlib.sha256()
+    for name in ("shimkit", "shimkit.audit", "shimkit.passes", "shimkit.registry", "shimkit.plugins",
+                 "shimkit.metal", "shimkit.csrc", "shimkit.testing"):
+        spec = importlib.util.find_spec(name)
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            sources.update(_folder_digest(folder, "*.py").encode())
+    return (f"python={sys.version_info[:3]} torch={torch.__version__} executorch={version('executorch')} "
+            f"shimkit={shimkit.__version__} sources={sources.hexdigest()}")
+
+
+def audit_entry(spec: str, *, plugins: bool, check_numerics: bool, target: Any, cache: AuditCache | None,
+                registry: Any | None = None) -> dict[str, Any]:
+    """One model's ``--json`` report entry, from ``cache`` when an identical audit is stored there (the
+    entry then says ``"cached": true``), else audited and stored. A model that does not load or export is
+    audited as usual (its failure is the report) and not cached."""
+    from shimkit.audit.loader import load_model
+    from shimkit.audit.report import to_json
+    from shimkit.audit.runner import AuditRun, audit_loaded, export_model, run_audit
+
+    if registry is None:
+        from shimkit.backend import get_registry
+
+        registry = get_registry()
+    if cache is None:
+        return to_json(run_audit([spec], plugins=plugins, registry=registry, check_numerics=check_numerics,
+                                 target=target))["models"][0]
+    try:
+        loaded = load_model(spec)
+        started = time.perf_counter()
+        exported = export_model(loaded)
+        export_seconds = time.perf_counter() - started
+    except (Exception, SystemExit):  # the uncached audit below reports the failure as usual
+        return to_json(run_audit([spec], plugins=plugins, registry=registry, check_numerics=check_numerics,
+                                 target=target))["models"][0]
+    key = audit_key(exported, loaded.example_inputs or exported.example_inputs[0], plugins=plugins,
+                    check_numerics=check_numerics, target=target.name, registry=registry)
+    stored = cache.get(key)
+    if stored is not None:
+        return {**stored, "name": spec, "cached": True}
+    loaded.exported = exported
+    config = registry.backend_config(target.device) if plugins else None
+    audit = audit_loaded(loaded, config=config, check_numerics=check_numerics, target=target)
+    audit.timings["export"] = export_seconds
+    entry = to_json(AuditRun([audit], plugins, registry, config, target=target))["models"][0]
+    if entry["status"] != "interrupted":
+        cache.put(key, entry)
+    return entry
