@@ -23,6 +23,7 @@ Results come back in the order of ``tasks``, and ``on_progress`` sees them in th
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import time
 from collections import deque
@@ -144,7 +145,8 @@ class _Worker:
     def __init__(self, context: Any, function: Callable, timeout: float | None,
                  initializer: Callable[[], None] | None) -> None:
         self.connection, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child, function, timeout, initializer), daemon=True)
+        self.process = context.Process(target=_serve, args=(child, os.getpid(), function, timeout, initializer),
+                                       daemon=True)
         self.process.start()
         child.close()
         self.index = -1
@@ -190,13 +192,16 @@ class _Worker:
     def stop(self) -> None:
         if self.process.is_alive():
             self.process.kill()
-        self.process.join()
+        if self.process.pid is not None:
+            self.process.join()
         self.connection.close()
 
 
-def _serve(connection: Connection, function: Callable, timeout: float | None,
+def _serve(connection: Connection, caller: int, function: Callable, timeout: float | None,
            initializer: Callable[[], None] | None) -> None:
-    """A worker's life: run each task it is sent, send back ``(kind, payload, seconds)``."""
+    """A worker's life: run each task it is sent, send back ``(kind, payload, seconds)``; end with the
+    caller (a forked worker holds copies of the caller's ends of every pipe, so the caller's death is not
+    always an end of file here)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
     if initializer:
         initializer()
@@ -210,6 +215,9 @@ def _serve(connection: Connection, function: Callable, timeout: float | None,
     signal.signal(signal.SIGALRM, expire)
     while True:
         try:
+            while not connection.poll(1.0):
+                if os.getppid() != caller:
+                    return
             task = connection.recv()
         except EOFError:
             return

@@ -92,7 +92,7 @@ INTERRUPTED_RUN = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("delay", [0.0, 0.05, 0.2, 0.35, 0.5, 0.7, 0.9])
+@pytest.mark.parametrize("delay", [0.0, 0.001, 0.01, 0.05, 0.2, 0.35, 0.5, 0.7, 0.9])
 def test_ctrl_c_to_the_process_group_at_any_moment_keeps_what_finished(delay):
     # The whole group gets SIGINT, as from a terminal: the workers ignore it, the caller stops and returns
     # the results in order, ending with the task it was waiting for.
