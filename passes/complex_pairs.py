@@ -203,6 +203,7 @@ _RULES: dict[Any, Callable[..., Any]] = {
     aten.conj.default: lambda z: _Pair(z.real, -z.imag),
     aten._conj.default: lambda z: _Pair(z.real, -z.imag),
     aten.conj_physical.default: lambda z: _Pair(z.real, -z.imag),
+    aten._conj_physical.default: lambda z: _Pair(z.real, -z.imag),
     aten.resolve_conj.default: lambda z: z,
     aten.resolve_neg.default: lambda z: z,
     aten.abs.default: lambda z: torch.hypot(z.real, z.imag),
