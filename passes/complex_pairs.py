@@ -25,6 +25,7 @@ the node. A complex op without a rule is named the same way. Sizes must be stati
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 from typing import Any, Callable
@@ -36,6 +37,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
 from shimkit.passes.base import PROVENANCE_META, PassContext, PassError, ShimkitPass
+from shimkit.passes.decompose import DecomposeInPlace
 from shimkit.passes.ops import aten_op, edge_op, is_edge
 
 __all__ = ["ComplexPairs"]
@@ -196,6 +198,8 @@ def _to_complex(x: Any, *args: Any, **kwargs: Any) -> _Pair:
 _RULES: dict[Any, Callable[..., Any]] = {
     aten.view_as_real.default: lambda z: z.pack(),
     aten.view_as_complex.default: lambda packed: _Pair.unpack(packed),
+    aten.view_as_real_copy.default: lambda z: z.pack(),
+    aten.view_as_complex_copy.default: lambda packed: _Pair.unpack(packed),
     aten.complex.default: lambda real, imag: _Pair(real, imag),
     aten.polar.default: lambda magnitude, angle: _Pair(magnitude * angle.cos(), magnitude * angle.sin()),
     aten.real.default: lambda z: z.real,
@@ -243,24 +247,66 @@ _COMPONENTWISE = (
     aten.split_with_sizes_copy.default,
 )
 _RULES.update({op: _componentwise(op) for op in _COMPONENTWISE})
+# In-place metadata changes (stft's composite transposes its result in place): the packed value is a new
+# node, so the out-of-place view stands for them; the composites that use them read only the result.
+_RULES.update({aten.transpose_.default: _componentwise(aten.transpose.int),
+               aten.squeeze_.dim: _componentwise(aten.squeeze.dim),
+               aten.unsqueeze_.default: _componentwise(aten.unsqueeze.default),
+               aten.t_.default: _componentwise(aten.t.default)})
 
 
 def _is_complex(value: Any) -> bool:
     return any(isinstance(v, torch.Tensor) and v.is_complex() for v in pytree.tree_leaves(value))
 
 
+_OUTPUT_META = "complex_pairs_output"
+
+
+def _composite(op: torch._ops.OpOverload | None) -> bool:
+    return op is not None and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+
+
 class ComplexPairs(ShimkitPass):
-    """Every complex-valued node made a real node holding its ``view_as_real`` layout (module docstring)."""
+    """Every complex-valued node made a real node holding its ``view_as_real`` layout (module docstring).
+
+    Ops with no rule of their own but an ATen composite (``fft_fft``, ``stft``, ``istft``: the graph a
+    partitioner keeps undecomposed) are first replaced by it. With ``complex_outputs="error"`` a complex
+    graph output is a :class:`PassError` naming its node; with ``"view_as_complex"`` everything before it is
+    made real and the output is ``view_as_complex`` of its packed value: the one complex op left, which
+    the audit then names as the missing kernel.
+    """
 
     name = "complex_pairs"
 
+    def __init__(self, *, complex_outputs: str = "error") -> None:
+        if complex_outputs not in ("error", "view_as_complex"):
+            raise ValueError(f"complex_outputs must be 'error' or 'view_as_complex', not {complex_outputs!r}")
+        self.complex_outputs = complex_outputs
+
+    def _touches_complex(self, node: fx.Node) -> bool:
+        return node.op == "call_function" and _OUTPUT_META not in node.meta and (
+            _is_complex(node.meta.get("val")) or any(isinstance(a, fx.Node) and _is_complex(a.meta.get("val"))
+                                                     for a in pytree.tree_leaves((node.args, node.kwargs))))
+
+    def _decompose_composites(self, graph: fx.Graph, context: PassContext) -> bool:
+        changed = False
+        while True:
+            ops = {aten_op(n.target) for n in graph.nodes if self._touches_complex(n)}
+            table = {op: op.decompose for op in ops if op not in _RULES and _composite(op)}
+            if not table or not DecomposeInPlace(table, name=self.name).transform(graph, context):
+                return changed
+            changed = True
+
     def transform(self, graph: fx.Graph, context: PassContext) -> bool:
+        decomposed = self._decompose_composites(graph, context)
         # complex node -> its packed real replacement (a tuple of them for a list of complex tensors)
         packed: dict[fx.Node, Any] = {}
         replaced: list[fx.Node] = []
         for node in list(graph.nodes):
             if node.op == "output":
-                self._check_outputs(node, packed)
+                self._outputs(graph, node, packed)
+                continue
+            if _OUTPUT_META in node.meta:
                 continue
             if node.op == "placeholder" and _is_complex(node.meta.get("val")):
                 raise PassError(self.pass_name, node, "is a complex input: only programs whose inputs are real "
@@ -281,13 +327,24 @@ class ComplexPairs(ShimkitPass):
         for node in reversed(replaced):
             if node in packed and not node.users:
                 graph.erase_node(node)
-        return bool(replaced)
+        return decomposed or bool(replaced)
 
-    def _check_outputs(self, output: fx.Node, packed: dict[fx.Node, Any]) -> None:
-        for leaf in pytree.tree_leaves(output.args):
-            if isinstance(leaf, fx.Node) and leaf in packed:
+    def _outputs(self, graph: fx.Graph, output: fx.Node, packed: dict[fx.Node, Any]) -> None:
+        for leaf in dict.fromkeys(pytree.tree_leaves(output.args)):
+            if not (isinstance(leaf, fx.Node) and leaf in packed):
+                continue
+            if self.complex_outputs == "error":
                 raise PassError(self.pass_name, leaf, "its complex value is a graph output, which cannot be a "
                                 "pair of real tensors: return torch.view_as_real(...) of it instead")
+            source = packed[leaf]
+            target = edge_op(aten.view_as_complex.default) if is_edge(leaf.target) else aten.view_as_complex.default
+            with graph.inserting_before(output):
+                restored = graph.call_function(target, (source,))
+            value = source.meta["val"]
+            with value.fake_mode if isinstance(value, FakeTensor) else contextlib.nullcontext():
+                restored.meta["val"] = aten.view_as_complex.default(value.contiguous())
+            restored.meta[_OUTPUT_META] = True
+            output.replace_input_with(leaf, restored)
 
     def _rewrite(self, graph: fx.Graph, node: fx.Node, packed: dict[fx.Node, Any]) -> None:
         op = aten_op(node.target)
