@@ -1,6 +1,7 @@
 """The bundled zoo: small models written in code with random weights, each covering a pattern that
 real Metal users hit (the seed's split + linear, MobileNet classifiers, YOLO necks, a Parakeet-like
-conformer block, a KV-cache decoder step, cumsum, baddbmm and sort).
+conformer block, a KV-cache decoder step, cumsum, baddbmm, sort, and spectral models with complex
+values inside: an STFT front end, an iSTFT head, an rfft2 filter).
 
 Every factory returns ``(model, example_inputs)`` (``position_ids_dynamic`` adds its dynamic shapes) and seeds its own weights without touching the
 global RNG, so audits are reproducible and importing the zoo has no side effects.
