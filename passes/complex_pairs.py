@@ -271,8 +271,8 @@ def _is_complex(value: Any) -> bool:
 _OUTPUT_META = "complex_pairs_output"
 
 
-def _composite(op: torch._ops.OpOverload | None) -> bool:
-    return op is not None and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+def _composite(op: torch._ops.OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
 
 
 class ComplexPairs(ShimkitPass):
@@ -300,7 +300,7 @@ class ComplexPairs(ShimkitPass):
     def _decompose_composites(self, graph: fx.Graph, context: PassContext) -> bool:
         changed = False
         while True:
-            ops = {aten_op(n.target) for n in graph.nodes if self._touches_complex(n)}
+            ops = {op for n in graph.nodes if self._touches_complex(n) and (op := aten_op(n.target)) is not None}
             table = {op: op.decompose for op in ops if op not in _RULES and _composite(op)}
             if not table or not DecomposeInPlace(table, name=self.name).transform(graph, context):
                 return changed
