@@ -38,6 +38,7 @@ BUILTIN_MODULES = (
     "matrix_exp",
     "histogramdd",
     "embedding_bag",
+    "complex_fft",
     "cuda_runtime",
     "core_passes",
 )

@@ -114,6 +114,7 @@ class BackendConfig:
     pre_edge_decomposition_table: Mapping[torch._ops.OpOverload, Callable[..., Any]] = field(
         default_factory=lambda: MappingProxyType({}))
     edge_exceptions: tuple[torch._ops.OpOverload, ...] = ()
+    pre_edge_passes: tuple[Any, ...] = ()
 
     def edge_compile_config(self, **options: Any) -> Any:
         """The ``EdgeCompileConfig`` for stock ``to_edge_transform_and_lower`` that lets through the ops
@@ -135,18 +136,21 @@ class BackendConfig:
     def prepare_for_edge(self, exported: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
         """``exported`` with the plugins' pre-edge decompositions applied (``OpPlugin.pre_edge``: ops the
         edge dialect rejects before any backend sees them), ready for stock ``to_edge_transform_and_lower``.
-        Returned unchanged when none of those ops occurs.
+        Returned unchanged when none of those ops occurs. The ``pre_edge`` passes (``PassSpec.stage``) then
+        rewrite the result in place.
 
         >>> config = backend_config("mps")                                   # doctest: +SKIP
         >>> exported = config.prepare_for_edge(torch.export.export(model, example_inputs))
         >>> to_edge_transform_and_lower(exported, partitioner=[MetalPartitioner(...)])
         """
         table = self.pre_edge_decomposition_table
-        if not table or not any(node.op == "call_function" and node.target in table
-                                for module in exported.graph_module.modules()
-                                if isinstance(module, torch.fx.GraphModule) for node in module.graph.nodes):
-            return exported
-        return exported.run_decompositions(dict(table))
+        if table and any(node.op == "call_function" and node.target in table
+                         for module in exported.graph_module.modules()
+                         if isinstance(module, torch.fx.GraphModule) for node in module.graph.nodes):
+            exported = exported.run_decompositions(dict(table))
+        for pre_edge_pass in self.pre_edge_passes:
+            pre_edge_pass(exported)
+        return exported
 
     @property
     def elementwise_msl_shims(self) -> tuple[Shim, ...]:
@@ -397,7 +401,7 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
 
     pass_entries = [p for p in registry.pass_specs() if p.record.applies_to(device)]
     _check_unique_names(pass_entries, "passes")
-    built: dict[str, list[tuple[str, Any]]] = {"graph": [], "post_grad": []}
+    built: dict[str, list[tuple[str, Any]]] = {"pre_edge": [], "graph": [], "post_grad": []}
     for pass_entry in _order_passes(pass_entries):
         spec = pass_entry.record
         built[spec.stage].append((spec.name, spec.factory(capabilities)))
@@ -419,6 +423,7 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
         pass_names=tuple(n for n, _ in built["graph"]),
         post_grad_passes=tuple(p for _, p in built["post_grad"]),
         post_grad_pass_names=tuple(n for n, _ in built["post_grad"]),
+        pre_edge_passes=tuple(p for _, p in built["pre_edge"]),
         kernel_sources=sources,
         msl_shims=tuple(shim for shim in map(_shim, shims.values()) if _declares_msl(shim)),
         kernel_providers=MappingProxyType(kernel_providers),

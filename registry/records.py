@@ -26,7 +26,7 @@ _UNSAFE_PATH_CHARACTER = re.compile(r"[\x00-\x1f\x7f;]")
 _C_PARAMETERS = re.compile(r"^[A-Za-z0-9_*\s,]*$")
 _PLUGIN_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 DEVICES = ("mps", "cuda")
-STAGES = ("graph", "post_grad")
+STAGES = ("pre_edge", "graph", "post_grad")
 
 
 def _fail(record: str, name: str, message: str) -> None:
@@ -460,7 +460,9 @@ class PassSpec:
     decompositions there, so a pass can adapt (e.g. keep ``addmm`` where a shim exists).
     ``stage="graph"`` passes run on the edge program before Inductor (they are the backend's custom
     passes); ``stage="post_grad"`` ones run inside Inductor after its own post-grad patterns
-    (``post_grad_custom_post_pass``) and take a ``torch.fx.Graph``. ``after``/``before`` name other
+    (``post_grad_custom_post_pass``) and take a ``torch.fx.Graph``; ``stage="pre_edge"`` ones rewrite the
+    exported program in place before ``to_edge`` (``BackendConfig.prepare_for_edge``: programs the edge
+    verifier would reject, such as complex ones). ``after``/``before`` name other
     passes of the same stage; a name that no active plugin provides is ignored.
 
     >>> PassSpec(name="view_copy_to_view", factory=lambda caps: ..., devices=("mps",)).stage

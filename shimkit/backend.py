@@ -9,7 +9,7 @@ its pass pipeline and its AOTInductor options.
 >>> "aoti_torch_mps_mm_out" in backend_config("mps").fallback_kernels
 True
 >>> pipeline("mps").names
-['decompose_linear', 'addmm_to_mm', 'plugin_decompositions', 'view_copy_to_view']
+['decompose_linear', 'addmm_to_mm', 'complex_pairs', 'plugin_decompositions', 'view_copy_to_view']
 """
 
 from __future__ import annotations

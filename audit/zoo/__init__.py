@@ -1,6 +1,7 @@
 """The bundled zoo: small models written in code with random weights, each covering a pattern that
 real Metal users hit (the seed's split + linear, MobileNet classifiers, YOLO necks, a Parakeet-like
-conformer block, a KV-cache decoder step, cumsum, baddbmm and sort).
+conformer block, a KV-cache decoder step, cumsum, baddbmm, sort, and spectral models with complex
+values inside: an STFT front end, an iSTFT head, an rfft2 filter).
 
 Every factory returns ``(model, example_inputs)`` (``position_ids_dynamic`` adds its dynamic shapes) and seeds its own weights without touching the
 global RNG, so audits are reproducible and importing the zoo has no side effects.
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from shimkit.audit.zoo import decoder, ops, speech, vision
+from shimkit.audit.zoo import decoder, ops, spectral, speech, vision
 
 
 @dataclass(frozen=True)
@@ -42,4 +43,10 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
              "RoBERTa-style cumsum position ids with a dynamic sequence length (2..64)"),
     ZooModel("sorted_routing", ops.sorted_routing,
              "MoE-style routing: stable argsort of experts, sorted scores (at::_ops::sort_stable::call upstream)"),
+    ZooModel("stft_magnitude", spectral.stft_magnitude,
+             "log-magnitude STFT front end (at::_ops::_fft_r2c::call upstream: Metal has no complex dtype)"),
+    ZooModel("istft_head", spectral.istft_head,
+             "Vocos-like head: polar magnitude/phase resynthesized by istft (complex values inside)"),
+    ZooModel("rfft2_global_filter", spectral.rfft2_global_filter,
+             "GFNet-like block: a learned complex filter in the rfft2 domain, irfft2 back"),
 )}

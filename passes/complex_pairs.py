@@ -1,0 +1,426 @@
+"""Complex values carried as real pairs: a program whose inputs and outputs are real, but which computes
+through complex tensors (an STFT magnitude, an FFT-domain product read back with ``view_as_real``), made
+real throughout.
+
+Neither Metal nor Inductor's Metal code generator has a complex dtype. Every complex-valued node is
+replaced by a real node holding the same value as ``view_as_real`` lays it out: the complex shape plus a
+trailing dim of 2, real part first ("packed"). Each op that creates, combines or consumes complex values
+has a rule from packed (and real) inputs to a packed (or real) result, traced on the nodes' fake values
+and spliced in place:
+
+- ``view_as_real`` is the packed value itself, ``view_as_complex`` its real input; ``complex``, ``polar``,
+  ``real``, ``imag``, ``conj``, ``abs`` (``hypot``), ``angle`` (``atan2``) read or build the two parts;
+- ``add``/``sub``/``mul``/``div`` and ``mm``/``bmm``/``matmul`` with complex operands (a real operand is
+  a complex one with zero imaginary part) follow complex arithmetic;
+- ops that act on the real and imaginary parts alike (views, slices, ``cat``, ``clone``, ``sum``,
+  multiplication by a real scalar ...) run on each part;
+- ``_fft_r2c``, ``_fft_c2c`` and ``_fft_c2r`` (what every ``torch.fft`` function and ``stft`` lower to) are
+  discrete Fourier sums as real matrix products, one transformed dim at a time, with angles reduced
+  exactly (``(k t) mod n`` in int64 before the float32 ``cos``/``sin``) as in ``plugins/real_fft.py``.
+  They cost ``O(n)`` per output point: right for the short transforms models use (STFT frames).
+
+A complex value that reaches a graph output cannot be a pair: the pass raises :class:`PassError` naming
+the node. A complex op without a rule is named the same way. Sizes must be static.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import operator
+from typing import Any, Callable
+
+import torch
+from torch import fx
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils import _pytree as pytree
+
+from shimkit.passes.base import PROVENANCE_META, PassContext, PassError, ShimkitPass
+from shimkit.passes.decompose import DecomposeInPlace
+from shimkit.passes.ops import aten_op, edge_op, is_edge
+
+__all__ = ["ComplexPairs"]
+
+aten = torch.ops.aten
+
+
+class _Pair:
+    """A complex value inside a rule: its real and imaginary parts as real tensors."""
+
+    def __init__(self, real: torch.Tensor, imag: torch.Tensor, packed: torch.Tensor | None = None) -> None:
+        self.real, self.imag, self._packed = real, imag, packed
+
+    @staticmethod
+    def unpack(packed: torch.Tensor) -> "_Pair":
+        return _Pair(packed[..., 0], packed[..., 1], packed)
+
+    def pack(self) -> torch.Tensor:
+        # A value passed through unchanged (view_as_real, view_as_complex, resolve_conj) costs no copy.
+        return self._packed if self._packed is not None else torch.stack([self.real, self.imag], dim=-1)
+
+
+def _lift(value: Any) -> _Pair:
+    """A complex operand: a pair stays, a real tensor or number gets a zero imaginary part."""
+    if isinstance(value, _Pair):
+        return value
+    if isinstance(value, complex):
+        return _Pair(value.real, value.imag)  # type: ignore[arg-type]
+    return _Pair(value, torch.zeros_like(value) if isinstance(value, torch.Tensor) else 0.0)
+
+
+def _add(a: Any, b: Any, alpha: Any = 1, sign: int = 1) -> _Pair:
+    a, b = _lift(a), _lift(b)
+    alpha = _lift(alpha)
+    # b * alpha, alpha possibly complex
+    scaled = _Pair(b.real * alpha.real - b.imag * alpha.imag, b.real * alpha.imag + b.imag * alpha.real)
+    return _Pair(a.real + sign * scaled.real, a.imag + sign * scaled.imag)
+
+
+def _mul(a: Any, b: Any) -> _Pair:
+    if not isinstance(a, _Pair) or not isinstance(b, _Pair):
+        pair, scale = (a, b) if isinstance(a, _Pair) else (b, a)
+        if not isinstance(scale, complex):
+            return _Pair(pair.real * scale, pair.imag * scale)
+    a, b = _lift(a), _lift(b)
+    return _Pair(a.real * b.real - a.imag * b.imag, a.real * b.imag + a.imag * b.real)
+
+
+def _div(a: Any, b: Any) -> _Pair:
+    if isinstance(b, complex):
+        return _mul(a, 1 / b)
+    if not isinstance(b, _Pair):
+        a = _lift(a)
+        return _Pair(a.real / b, a.imag / b)
+    a = _lift(a)
+    # Smith's algorithm, as ATen's c10::complex division: no overflow from squaring |b|.
+    bigger_real = b.real.abs() >= b.imag.abs()
+    ratio_r = b.imag / b.real
+    denom_r = b.real + b.imag * ratio_r
+    ratio_i = b.real / b.imag
+    denom_i = b.imag + b.real * ratio_i
+    real = torch.where(bigger_real, (a.real + a.imag * ratio_r) / denom_r, (a.real * ratio_i + a.imag) / denom_i)
+    imag = torch.where(bigger_real, (a.imag - a.real * ratio_r) / denom_r, (a.imag * ratio_i - a.real) / denom_i)
+    return _Pair(real, imag)
+
+
+def _product(op: Callable[..., torch.Tensor]) -> Callable[..., _Pair]:
+    def product(a: Any, b: Any) -> _Pair:
+        if not isinstance(a, _Pair) or not isinstance(b, _Pair):
+            pair, other = (a, b) if isinstance(a, _Pair) else (b, a)
+            first = isinstance(a, _Pair)
+            return _Pair(*(op(part, other) if first else op(other, part) for part in (pair.real, pair.imag)))
+        return _Pair(op(a.real, b.real) - op(a.imag, b.imag), op(a.real, b.imag) + op(a.imag, b.real))
+
+    return product
+
+
+def _hypot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``|a + ib|`` as ``hypot`` computes it (no overflow from squaring, infinite if either part is), in
+    core ATen ops: ``hypot`` itself is not core ATen, and the edge verifier rejects it."""
+    a, b = a.abs(), b.abs()
+    big, small = torch.maximum(a, b), torch.minimum(a, b)
+    ratio = small / torch.where(big == 0, 1.0, big)
+    return torch.where(a.isinf() | b.isinf(), float("inf"), big * torch.sqrt(1 + ratio * ratio))
+
+
+def _angles(outputs: int, inputs: int, period: int, device: torch.device) -> torch.Tensor:
+    """``2 pi ((k t) mod period) / period`` as a [outputs, inputs] float32 matrix (t rows, k columns)."""
+    t = torch.arange(outputs, device=device).unsqueeze(-1)
+    k = torch.arange(inputs, device=device).unsqueeze(0)
+    return (t * k % period).to(torch.float32) * (2 * math.pi / period)
+
+
+def _dft(value: _Pair, dim: int, outputs: int, forward: bool) -> _Pair:
+    """The unnormalized DFT of ``value`` along ``dim`` (its full length), its first ``outputs`` points."""
+    length = value.real.shape[dim]
+    angles = _angles(outputs, length, length, value.real.device)
+    cos, sin = angles.cos(), angles.sin() * (-1.0 if forward else 1.0)
+    real, imag = value.real.movedim(dim, -1), value.imag.movedim(dim, -1)
+    out_real = real @ cos.mT - imag @ sin.mT
+    out_imag = real @ sin.mT + imag @ cos.mT
+    return _Pair(out_real.movedim(-1, dim), out_imag.movedim(-1, dim))
+
+
+def _normalized(value: _Pair | torch.Tensor, normalization: int, points: int) -> Any:
+    """ATen's ``fft_norm_mode``: 0 none, 1 by ``1 / sqrt(n)``, 2 by ``1 / n``."""
+    scale = {0: 1.0, 1: 1 / math.sqrt(points), 2: 1 / points}[normalization]
+    if scale == 1.0:
+        return value
+    return _mul(value, scale) if isinstance(value, _Pair) else value * scale
+
+
+def _fft_r2c(x: torch.Tensor, dim: list[int], normalization: int, onesided: bool) -> _Pair:
+    dims = [d % x.dim() for d in dim]
+    last = dims[-1]
+    points = math.prod(x.shape[d] for d in dims)
+    length = x.shape[last]
+    value = _dft(_Pair(x, torch.zeros_like(x)), last, length // 2 + 1 if onesided else length, forward=True)
+    for d in dims[:-1]:
+        value = _dft(value, d, value.real.shape[d], forward=True)
+    return _normalized(value, normalization, points)
+
+
+def _fft_c2c(z: _Pair, dim: list[int], normalization: int, forward: bool) -> _Pair:
+    dims = [d % z.real.dim() for d in dim]
+    for d in dims:
+        z = _dft(z, d, z.real.shape[d], forward)
+    return _normalized(z, normalization, math.prod(z.real.shape[d] for d in dims))
+
+
+def _fft_c2r(z: _Pair, dim: list[int], normalization: int, last_dim_size: int) -> torch.Tensor:
+    dims = [d % z.real.dim() for d in dim]
+    for d in dims[:-1]:
+        z = _dft(z, d, z.real.shape[d], forward=False)
+    last, n = dims[-1], last_dim_size
+    half = n // 2 + 1
+    real, imag = z.real.narrow(last, 0, half), z.imag.narrow(last, 0, half)
+    angles = _angles(n, half, n, real.device)
+    k = torch.arange(half, device=real.device)
+    # Each term stands for itself and its mirror image, except k = 0 and, for even n, k = n / 2.
+    weights = torch.where((k == 0) | (2 * k == n), 1.0, 2.0).to(torch.float32)
+    cos, sin = angles.cos() * weights, angles.sin() * weights
+    result = (real.movedim(last, -1) @ cos.mT - imag.movedim(last, -1) @ sin.mT).movedim(-1, last)
+    points = n * math.prod(z.real.shape[d] for d in dims[:-1])
+    return _normalized(result, normalization, points)
+
+
+def _componentwise(op: Callable[..., Any]) -> Callable[..., _Pair]:
+    """An op that acts on real and imaginary parts alike (views, slices, cat, sum, real scaling ...)."""
+
+    def on_parts(*args: Any, **kwargs: Any) -> _Pair:
+        parts = []
+        for part in ("real", "imag"):
+            args_, kwargs_ = pytree.tree_map(lambda v: getattr(v, part) if isinstance(v, _Pair) else v,
+                                             (args, kwargs), is_leaf=lambda v: isinstance(v, _Pair))
+            parts.append(op(*args_, **kwargs_))
+        return _Pair(*parts)
+
+    return on_parts
+
+
+def _to_complex(x: Any, *args: Any, **kwargs: Any) -> _Pair:
+    """A real tensor (or a pair) converted to a complex dtype: the value itself, zero imaginary part."""
+    return _lift(x)
+
+
+_RULES: dict[Any, Callable[..., Any]] = {
+    aten.view_as_real.default: lambda z: z.pack(),
+    aten.view_as_complex.default: lambda packed: _Pair.unpack(packed),
+    aten.view_as_real_copy.default: lambda z: z.pack(),
+    aten.view_as_complex_copy.default: lambda packed: _Pair.unpack(packed),
+    aten.complex.default: lambda real, imag: _Pair(real, imag),
+    aten.polar.default: lambda magnitude, angle: _Pair(magnitude * angle.cos(), magnitude * angle.sin()),
+    aten.real.default: lambda z: z.real,
+    aten.imag.default: lambda z: z.imag,
+    aten.conj.default: lambda z: _Pair(z.real, -z.imag),
+    aten._conj.default: lambda z: _Pair(z.real, -z.imag),
+    aten.conj_physical.default: lambda z: _Pair(z.real, -z.imag),
+    aten._conj_physical.default: lambda z: _Pair(z.real, -z.imag),
+    aten.resolve_conj.default: lambda z: z,
+    aten.resolve_neg.default: lambda z: z,
+    aten.abs.default: lambda z: _hypot(z.real, z.imag),
+    aten.angle.default: lambda z: torch.atan2(z.imag, z.real),
+    aten.neg.default: lambda z: _Pair(-z.real, -z.imag),
+    aten.add.Tensor: lambda a, b, alpha=1: _add(a, b, alpha),
+    aten.add.Scalar: lambda a, b, alpha=1: _add(a, b, alpha),
+    aten.sub.Tensor: lambda a, b, alpha=1: _add(a, b, alpha, sign=-1),
+    aten.sub.Scalar: lambda a, b, alpha=1: _add(a, b, alpha, sign=-1),
+    aten.rsub.Scalar: lambda a, b, alpha=1: _add(b, _mul(a, alpha), 1, sign=-1),
+    aten.mul.Tensor: _mul,
+    aten.mul.Scalar: _mul,
+    aten.div.Tensor: _div,
+    aten.div.Scalar: _div,
+    aten.mm.default: _product(torch.mm),
+    aten.bmm.default: _product(torch.bmm),
+    aten.matmul.default: _product(torch.matmul),
+    aten._fft_r2c.default: _fft_r2c,
+    aten._fft_c2c.default: _fft_c2c,
+    aten._fft_c2r.default: _fft_c2r,
+    aten._to_copy.default: _to_complex,
+    aten.sum.dim_IntList: _componentwise(aten.sum.dim_IntList),
+    aten.sum.default: _componentwise(aten.sum.default),
+    aten.mean.dim: _componentwise(aten.mean.dim),
+}
+
+_COMPONENTWISE = (
+    aten.alias.default, aten.clone.default, aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+    aten.permute.default, aten.transpose.int, aten.t.default, aten.unsqueeze.default, aten.squeeze.dim,
+    aten.squeeze.dims, aten.squeeze.default, aten.expand.default, aten.slice.Tensor, aten.select.int,
+    aten.narrow.default, aten.cat.default, aten.stack.default, aten.flip.default, aten.roll.default,
+    aten.constant_pad_nd.default, aten.index_select.default, aten.index.Tensor, aten.unfold.default,
+    aten.contiguous.default, aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int,
+    aten.view_copy.default, aten.permute_copy.default, aten.slice_copy.Tensor, aten.select_copy.int,
+    aten.unsqueeze_copy.default, aten.squeeze_copy.dims, aten.transpose_copy.int, aten.expand_copy.default,
+    aten.alias_copy.default, aten.t_copy.default, aten.unbind_copy.int, aten.split_copy.Tensor,
+    aten.split_with_sizes_copy.default,
+)
+_RULES.update({op: _componentwise(op) for op in _COMPONENTWISE})
+# In-place metadata changes (stft's composite transposes its result in place): the packed value is a new
+# node, so the out-of-place view stands for them; the composites that use them read only the result.
+_RULES.update({aten.transpose_.default: _componentwise(aten.transpose.int),
+               aten.squeeze_.dim: _componentwise(aten.squeeze.dim),
+               aten.unsqueeze_.default: _componentwise(aten.unsqueeze.default),
+               aten.t_.default: _componentwise(aten.t.default)})
+
+
+def _is_complex(value: Any) -> bool:
+    return any(isinstance(v, torch.Tensor) and v.is_complex() for v in pytree.tree_leaves(value))
+
+
+_OUTPUT_META = "complex_pairs_output"
+
+
+def _composite(op: torch._ops.OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+
+
+class ComplexPairs(ShimkitPass):
+    """Every complex-valued node made a real node holding its ``view_as_real`` layout (module docstring).
+
+    Ops with no rule of their own but an ATen composite (``fft_fft``, ``stft``, ``istft``: the graph a
+    partitioner keeps undecomposed) are first replaced by it. With ``complex_outputs="error"`` a complex
+    graph output is a :class:`PassError` naming its node; with ``"view_as_complex"`` everything before it is
+    made real and the output is ``view_as_complex`` of its packed value: the one complex op left, which
+    the audit then names as the missing kernel.
+    """
+
+    name = "complex_pairs"
+
+    def __init__(self, *, complex_outputs: str = "error") -> None:
+        if complex_outputs not in ("error", "view_as_complex"):
+            raise ValueError(f"complex_outputs must be 'error' or 'view_as_complex', not {complex_outputs!r}")
+        self.complex_outputs = complex_outputs
+
+    def _touches_complex(self, node: fx.Node) -> bool:
+        return node.op == "call_function" and _OUTPUT_META not in node.meta and (
+            _is_complex(node.meta.get("val")) or any(isinstance(a, fx.Node) and _is_complex(a.meta.get("val"))
+                                                     for a in pytree.tree_leaves((node.args, node.kwargs))))
+
+    def _decompose_composites(self, graph: fx.Graph, context: PassContext) -> bool:
+        changed = False
+        while True:
+            ops = {op for n in graph.nodes if self._touches_complex(n) and (op := aten_op(n.target)) is not None}
+            table = {op: op.decompose for op in ops if op not in _RULES and _composite(op)}
+            if not table or not DecomposeInPlace(table, name=self.name).transform(graph, context):
+                return changed
+            changed = True
+
+    def transform(self, graph: fx.Graph, context: PassContext) -> bool:
+        decomposed = self._decompose_composites(graph, context)
+        # complex node -> its packed real replacement (a tuple of them for a list of complex tensors)
+        packed: dict[fx.Node, Any] = {}
+        replaced: list[fx.Node] = []
+        for node in list(graph.nodes):
+            if node.op == "output":
+                self._outputs(graph, node, packed)
+                continue
+            if _OUTPUT_META in node.meta:
+                continue
+            if node.op == "placeholder" and _is_complex(node.meta.get("val")):
+                raise PassError(self.pass_name, node, "is a complex input: only programs whose inputs are real "
+                                "(complex only through view_as_complex inside) are made real")
+            if node.op != "call_function":
+                continue
+            reads_pair = any(isinstance(a, fx.Node) and a in packed
+                             for a in pytree.tree_leaves((node.args, node.kwargs)))
+            if not reads_pair and not _is_complex(node.meta.get("val")):
+                continue
+            if node.target is operator.getitem and node.args[0] in packed:
+                source, index = node.args
+                packed[node] = packed[source][index]  # type: ignore[index]
+                replaced.append(node)
+                continue
+            self._rewrite(graph, node, packed)
+            replaced.append(node)
+        for node in reversed(replaced):
+            if node in packed and not node.users:
+                graph.erase_node(node)
+        return decomposed or bool(replaced)
+
+    def _outputs(self, graph: fx.Graph, output: fx.Node, packed: dict[fx.Node, Any]) -> None:
+        for leaf in dict.fromkeys(pytree.tree_leaves(output.args)):
+            if not (isinstance(leaf, fx.Node) and leaf in packed):
+                continue
+            if self.complex_outputs == "error":
+                raise PassError(self.pass_name, leaf, "its complex value is a graph output, which cannot be a "
+                                "pair of real tensors: return torch.view_as_real(...) of it instead")
+            source = packed[leaf]
+            target = edge_op(aten.view_as_complex.default) if is_edge(leaf.target) else aten.view_as_complex.default
+            with graph.inserting_before(output):
+                restored = graph.call_function(target, (source,))
+            value = source.meta["val"]
+            with value.fake_mode if isinstance(value, FakeTensor) else contextlib.nullcontext():
+                restored.meta["val"] = aten.view_as_complex.default(value.contiguous())
+            restored.meta[_OUTPUT_META] = True
+            output.replace_input_with(leaf, restored)
+
+    def _rewrite(self, graph: fx.Graph, node: fx.Node, packed: dict[fx.Node, Any]) -> None:
+        op = aten_op(node.target)
+        rule = _RULES.get(op)
+        if rule is None:
+            raise PassError(self.pass_name, node, f"{op} on complex values has no real-pair rule: Metal has no "
+                            f"complex dtype, so this program cannot be lowered")
+        leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
+        inputs = list(dict.fromkeys(leaf for leaf in leaves if isinstance(leaf, fx.Node)))
+        sources = [packed.get(n, n) for n in inputs]
+        is_pair = [n in packed for n in inputs]
+        values = [s.meta["val"] for s in sources]
+        if any(isinstance(size, torch.SymInt) for v in values if isinstance(v, torch.Tensor) for size in v.shape):
+            raise PassError(self.pass_name, node, "complex values of dynamic size are not made real pairs yet")
+
+        def call_rule(*tensors: torch.Tensor) -> Any:
+            by_node = {n: (_Pair.unpack(t) if pair else t) for n, t, pair in zip(inputs, tensors, is_pair)}
+            args, kwargs = pytree.tree_unflatten([by_node.get(leaf, leaf) if isinstance(leaf, fx.Node) else leaf
+                                                  for leaf in leaves], spec)
+            result = rule(*args, **kwargs)
+            if isinstance(result, (list, tuple)):
+                return tuple(r.pack() if isinstance(r, _Pair) else r for r in result)
+            if isinstance(result, _Pair):  # split/unbind return a list of pairs: componentwise gives pair of lists
+                if isinstance(result.real, (list, tuple)):
+                    return tuple(_Pair(r, i).pack() for r, i in zip(result.real, result.imag))
+                return result.pack()
+            return result
+
+        modes = {id(v.fake_mode): v.fake_mode for v in values if isinstance(v, FakeTensor)}
+        if len(modes) > 1:
+            raise PassError(self.pass_name, node, "inputs belong to different fake modes")
+        try:
+            if modes:
+                with next(iter(modes.values())):
+                    traced = make_fx(call_rule, tracing_mode="real")(*values)
+            else:
+                traced = make_fx(call_rule)(*values)
+        except Exception as error:
+            raise PassError(self.pass_name, node, f"making {op} a real-pair computation failed: "
+                            f"{type(error).__name__}: {error}") from error
+        result = self._splice(graph, node, traced.graph, sources)
+        if _is_complex(node.meta.get("val")):
+            packed[node] = result
+        else:
+            node.replace_all_uses_with(result)
+            graph.erase_node(node)
+
+    def _splice(self, graph: fx.Graph, node: fx.Node, template: fx.Graph, sources: list[fx.Node]) -> Any:
+        template.eliminate_dead_code()
+        env: dict[fx.Node, Any] = dict(zip(template.find_nodes(op="placeholder"), sources))
+        edge = is_edge(node.target)
+        inherited = {k: node.meta[k] for k in PROVENANCE_META if k in node.meta}
+        with graph.inserting_before(node):
+            for tnode in template.nodes:
+                if tnode.op in ("placeholder", "output"):
+                    continue
+                if tnode.op != "call_function":
+                    raise PassError(self.pass_name, node, f"the real-pair rule made a {tnode.op} node")
+                target = edge_op(tnode.target) if edge and isinstance(tnode.target, torch._ops.OpOverload) \
+                    else tnode.target
+                new = graph.create_node("call_function", target, fx.node.map_arg(tnode.args, env.__getitem__),
+                                        fx.node.map_arg(tnode.kwargs, env.__getitem__), name=f"{node.name}_{tnode.name}")
+                new.meta.update(inherited)
+                if "val" in tnode.meta:
+                    new.meta["val"] = tnode.meta["val"]
+                env[tnode] = new
+        output = template.output_node().args[0]
+        if isinstance(output, (list, tuple)):  # split/unbind of a complex tensor: its getitems map to these
+            return tuple(env[o] for o in output)
+        return env[output]
