@@ -8,7 +8,10 @@
 * a 1M-element elementwise kernel (``out = a * b + a``, no barriers: one plain loop per threadgroup, all
   cores) vs ``torch.addcmul``-free eager ``a * b + a``;
 * a 4096 x 4096 row reduction (one 1024-thread group per row, threadgroup memory, ``simd_sum`` and a
-  barrier: cooperative fibers) vs eager ``x.sum(-1)``.
+  barrier: cooperative fibers) vs eager ``x.sum(-1)``;
+* a 1024 x 1024 row sum as a tree reduction in threadgroup memory (a barrier inside a loop, 256-thread
+  groups) vs eager ``x.sum(1)``, and a 1024 x 1024 row softmax with ``simd_max`` / ``simd_sum`` and three
+  barriers (1024-thread groups) vs eager ``torch.softmax`` (issue 30's two further kernels).
 
 Each figure is the median of ``--repeat`` runs; ratios are shimkit.metal / torch in the same process.
 Targets (issue 12): cached compile < 50 ms, elementwise within 10x of eager torch.
@@ -50,6 +53,56 @@ kernel void row_sum(device float* out, constant float* x, constant long& n,
     float v = simd_sum(lane < simds ? partial[lane] : 0.0f);
     if (lane == 0) out[row] = v;
   }
+}
+"""
+TREE_SUM = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void tree_sum(device float* out, constant float* x, constant uint& n,
+                     uint row [[threadgroup_position_in_grid]], uint t [[thread_position_in_threadgroup]],
+                     uint size [[threads_per_threadgroup]]) {
+  threadgroup float partial[1024];
+  float acc = 0;
+  for (uint i = t; i < n; i += size) acc += x[row * n + i];
+  partial[t] = acc;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint stride = size / 2; stride > 0; stride /= 2) {
+    if (t < stride) partial[t] += partial[t + stride];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  if (t == 0) out[row] = partial[0];
+}
+"""
+SOFTMAX = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void softmax(device float* out, constant float* x, constant uint& n,
+                    uint row [[threadgroup_position_in_grid]], uint t [[thread_position_in_threadgroup]],
+                    uint size [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+                    uint simd [[simdgroup_index_in_threadgroup]], uint simds [[simdgroups_per_threadgroup]]) {
+  threadgroup float partial[32];
+  threadgroup float shared;
+  float m = -INFINITY;
+  for (uint i = t; i < n; i += size) m = max(m, x[row * n + i]);
+  m = simd_max(m);
+  if (lane == 0) partial[simd] = m;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (t == 0) {
+    float all = -INFINITY;
+    for (uint s = 0; s < simds; ++s) all = max(all, partial[s]);
+    shared = all;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const float row_max = shared;
+  float sum = 0;
+  for (uint i = t; i < n; i += size) sum += exp(x[row * n + i] - row_max);
+  sum = simd_sum(sum);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (lane == 0) partial[simd] = sum;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  float total = 0;
+  for (uint s = 0; s < simds; ++s) total += partial[s];
+  for (uint i = t; i < n; i += size) out[row * n + i] = exp(x[row * n + i] - row_max) / total;
 }
 """
 
@@ -99,6 +152,27 @@ def main() -> int:
     metal = median_seconds(run, max(1, args.repeat // 2))
     eager = median_seconds(lambda: x.sum(-1), args.repeat)
     print(f"row reduction 4096x4096: shimkit.metal {metal * 1e3:.0f} ms, eager {eager * 1e3:.2f} ms, "
+          f"ratio {metal / eager:.0f}x")
+
+    square = torch.randn(1024, 1024)
+    tree = compile_shader(TREE_SUM)
+    row_sums = torch.empty(1024)
+    run = lambda: tree.tree_sum(row_sums, square, 1024, threads=(1024 * 256,), group_size=(256,))  # noqa: E731
+    run()
+    torch.testing.assert_close(row_sums, square.sum(1), rtol=1e-4, atol=1e-3)
+    metal = median_seconds(run, max(1, args.repeat // 2))
+    eager = median_seconds(lambda: square.sum(1), args.repeat)
+    print(f"tree reduction 1024x1024: shimkit.metal {metal * 1e3:.0f} ms, eager {eager * 1e3:.2f} ms, "
+          f"ratio {metal / eager:.0f}x")
+
+    softmax = compile_shader(SOFTMAX)
+    probabilities = torch.empty_like(square)
+    run = lambda: softmax.softmax(probabilities, square, 1024, threads=(1024 * 1024,), group_size=(1024,))  # noqa: E731
+    run()
+    torch.testing.assert_close(probabilities, torch.softmax(square, -1))
+    metal = median_seconds(run, max(1, args.repeat // 2))
+    eager = median_seconds(lambda: torch.softmax(square, -1), args.repeat)
+    print(f"simdgroup softmax 1024x1024: shimkit.metal {metal * 1e3:.0f} ms, eager {eager * 1e3:.2f} ms, "
           f"ratio {metal / eager:.0f}x")
     print(f"(threads: torch {torch.get_num_threads()}, shimkit.metal workers {os.cpu_count()})")
     return 0

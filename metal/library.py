@@ -57,7 +57,7 @@ class Dispatch(ctypes.Structure):
 
 
 _lock = threading.Lock()
-_compiled: dict[tuple[str, bool], tuple[ctypes.CDLL, Translation]] = {}
+_compiled: dict[tuple[str, bool, bool], tuple[ctypes.CDLL, Translation]] = {}
 
 
 @functools.lru_cache(maxsize=None)
@@ -70,12 +70,17 @@ def _headers_digest() -> str:
     return digest.hexdigest()
 
 
-def compile_library(source: str, *, sanitize: bool | None = None) -> tuple[ctypes.CDLL, Translation]:
-    """The loaded library for ``source`` and its translation, compiled once per process and cached on disk."""
+def compile_library(source: str, *, sanitize: bool | None = None,
+                    ucontext_fibers: bool = False) -> tuple[ctypes.CDLL, Translation]:
+    """The loaded library for ``source`` and its translation, compiled once per process and cached on disk.
+
+    ``ucontext_fibers`` switches cooperative fibers with glibc's ``swapcontext`` instead of shimkit's own
+    context switch (what AddressSanitizer builds and non-x86-64 hosts use): the reference the fast path
+    is tested against."""
     if not isinstance(source, str):
         raise TypeError(f"compile_shader expects the MSL source as a str, got {type(source).__name__}")
     sanitize = os.environ.get("SHIMKIT_SANITIZE") == "1" if sanitize is None else sanitize
-    key = (source, sanitize)
+    key = (source, sanitize, ucontext_fibers)
     with _lock:
         if key in _compiled:
             return _compiled[key]
@@ -83,7 +88,8 @@ def compile_library(source: str, *, sanitize: bool | None = None) -> tuple[ctype
         check_supported(source)
         translation = translate(_preprocess(compiler, embed_headers(source, TORCH_INCLUDE), source))
         cpp = f'#include "metal_stdlib"\n{translation.cpp}'
-        flags = list(FLAGS) + (list(SANITIZER_FLAGS) if sanitize else [])
+        flags = (list(FLAGS) + (list(SANITIZER_FLAGS) if sanitize else [])
+                 + (["-DSHIMKIT_METAL_UCONTEXT"] if ucontext_fibers else []))
         digest = hashlib.sha256("\0".join([*compiler, *flags, _headers_digest(), cpp]).encode()).hexdigest()[:20]
         folder = build_dir() / "metal" / digest
         library_path = folder / "library.so"
@@ -152,8 +158,14 @@ class MetalKernel:
         # Measured on request only: it is one dry call of the kernel (frontend.py).
         return int(self._threadgroup_bytes())
 
+    @property
+    def execution(self) -> str:
+        """How the threads of a group run: ``"loop"`` (one after another, the kernel reaches no barrier or
+        simdgroup function) or ``"fibers"`` (cooperative fibers that switch at each of them)."""
+        return "fibers" if self._info.cooperative else "loop"
+
     def __repr__(self) -> str:
-        return f"<shimkit.metal kernel {self._info.name!r}: {self._info.buffers} buffers>"
+        return f"<shimkit.metal kernel {self._info.name!r}: {self._info.buffers} buffers, runs as {self.execution}>"
 
     def __call__(self, *args: Any, threads: int | Sequence[int] | None = None,
                  group_size: int | Sequence[int] | None = None,
@@ -295,8 +307,8 @@ def _dims(label: str, value: int | Sequence[int]) -> list[int]:
 class ShaderLibrary:
     """The kernels of one MSL source, as attributes (``lib.my_kernel``); ``dir(lib)`` lists them."""
 
-    def __init__(self, source: str) -> None:
-        library, translation = compile_library(source)
+    def __init__(self, source: str, *, ucontext_fibers: bool = False) -> None:
+        library, translation = compile_library(source, ucontext_fibers=ucontext_fibers)
         self._kernels = {name: MetalKernel(library, info, index)
                          for index, (name, info) in enumerate(translation.kernels.items())}
 

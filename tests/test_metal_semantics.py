@@ -209,6 +209,7 @@ def test_kernel_properties():
     limited = compile_shader("[[max_total_threads_per_threadgroup(64)]] kernel void k(device float* x, "
                              "uint i [[thread_position_in_grid]]) { x[i] = 0; }")
     assert limited.k.max_threads_per_threadgroup == 64
+    assert limited.k.execution == "loop" and kernel.execution == "fibers" and "fibers" in repr(kernel)
 
 
 def test_templates_are_reachable_under_their_host_name():

@@ -1,6 +1,7 @@
 // How a compiled MSL kernel runs on the CPU: Metal's dispatchThreads grid (partial edge threadgroups),
 // one threadgroup after another on each worker thread, and, for kernels that synchronise
-// (threadgroup_barrier, simd_* functions), the threads of a group as cooperative fibers.
+// (threadgroup_barrier, simd_* functions), the threads of a group as cooperative fibers (context.h
+// switches them; their stacks are allocated once per worker and reused for every group it runs).
 //
 // A fiber runs until it reaches a barrier or a simdgroup function, then yields to the group's
 // scheduler; when every live thread of the group waits at the barrier, or every live lane of a
@@ -9,8 +10,6 @@
 // else can progress (divergent control flow), take no part, as Metal's inactive lanes. A group in
 // which no thread can progress is a deadlock, reported with what each thread waits for.
 #pragma once
-
-#include <ucontext.h>
 
 #include <atomic>
 #include <cstring>
@@ -23,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+#include "context.h"
 #include "types.h"
 
 namespace shimkit_metal {
@@ -47,7 +47,7 @@ using Combine = void (*)(Fiber** lanes);
 enum class Wait { kReady, kBarrier, kSimd, kDone };
 
 struct Fiber {
-  ucontext_t context;
+  Context context;
   Wait state = Wait::kReady;
   ThreadInfo info;
   Combine combine = nullptr;
@@ -70,13 +70,18 @@ inline thread_local Fiber* current_fiber = nullptr;
 struct Scheduler {
   std::vector<Fiber> fibers;
   std::vector<std::unique_ptr<char[]>> stacks;
-  ucontext_t home;
+  Context home;
   size_t stack_bytes = 256 * 1024;
+  // Stacks of one size allocated together start at the same offset modulo every cache's set stride, so
+  // the frames of all fibers of a group would compete for one L1/L2 set; each fiber's stack top is moved
+  // down by a different multiple of 9 cache lines (about a frame) within this much padding.
+  static constexpr size_t kStaggerBytes = 64 * 1024;
+  static constexpr size_t kStaggerStep = 9 * 64;
   const std::function<void(const ThreadInfo&)>* body = nullptr;
   std::exception_ptr failure;
 
-  static void entry(unsigned int high, unsigned int low) {
-    Scheduler* self = reinterpret_cast<Scheduler*>((static_cast<uintptr_t>(high) << 32) | low);
+  static void entry(void* scheduler) {
+    Scheduler* self = static_cast<Scheduler*>(scheduler);
     Fiber* fiber = current_fiber;
     try {
       (*self->body)(fiber->info);
@@ -84,32 +89,27 @@ struct Scheduler {
       if (!self->failure) self->failure = std::current_exception();
     }
     fiber->state = Wait::kDone;
-    swapcontext(&fiber->context, &self->home);
+    switch_context(fiber->context, self->home);
   }
 
   void yield(Wait why) {
     Fiber* fiber = current_fiber;
     fiber->state = why;
-    swapcontext(&fiber->context, &home);
+    switch_context(fiber->context, home);
   }
 
   // Runs one threadgroup whose threads are `infos`.
   void run_group(const std::vector<ThreadInfo>& infos, const std::function<void(const ThreadInfo&)>& kernel) {
     const size_t n = infos.size();
     fibers.resize(n);
-    while (stacks.size() < n) stacks.emplace_back(new char[stack_bytes]);
+    while (stacks.size() < n) stacks.emplace_back(new char[stack_bytes + kStaggerBytes]);
     body = &kernel;
-    const uintptr_t self = reinterpret_cast<uintptr_t>(this);
     for (size_t i = 0; i < n; ++i) {
       Fiber& f = fibers[i];
       f.state = Wait::kReady;
       f.info = infos[i];
-      getcontext(&f.context);
-      f.context.uc_stack.ss_sp = stacks[i].get();
-      f.context.uc_stack.ss_size = stack_bytes;
-      f.context.uc_link = nullptr;
-      makecontext(&f.context, reinterpret_cast<void (*)()>(&Scheduler::entry), 2,
-                  static_cast<unsigned int>(self >> 32), static_cast<unsigned int>(self & 0xffffffffu));
+      prepare_context(f.context, stacks[i].get(), stack_bytes + kStaggerBytes - i * kStaggerStep % kStaggerBytes,
+                      &Scheduler::entry, this);
     }
     Scheduler* previous = current_scheduler;
     current_scheduler = this;
@@ -118,7 +118,7 @@ struct Scheduler {
       for (size_t i = 0; i < n; ++i) {
         if (fibers[i].state != Wait::kReady) continue;
         current_fiber = &fibers[i];
-        swapcontext(&home, &fibers[i].context);
+        switch_context(home, fibers[i].context);
         current_fiber = nullptr;
         if (fibers[i].state == Wait::kDone) ++done;
       }
