@@ -27,6 +27,6 @@ export LD_PRELOAD="$("$CXX" -print-file-name=libasan.so) $("$CXX" -print-file-na
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:detect_odr_violation=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 cd "$ROOT"
-exec "$PY" -m pytest -q -p no:cacheprovider tests/test_kernel_*.py tests/test_metal_semantics.py \
+exec "$PY" -m pytest -q -p no:cacheprovider tests/test_kernel_*.py tests/test_metal_semantics.py tests/test_metal_fiber_switch.py \
   tests/test_metal_torch_ports.py tests/test_metal_mlx_convention.py tests/test_metal_mlx_lm_kernels.py \
   tests/test_plugin_sort.py "$@"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 # Attributes that bind a kernel parameter to a thread coordinate; the value is the runtime's field.
 POSITION_ATTRIBUTES = {
@@ -86,8 +87,26 @@ class KernelInfo:
 
 @dataclass
 class Translation:
-    cpp: str
+    """The C++ of an MSL source and what each kernel takes. Each kernel's exported launcher stands where
+    the kernel is defined or instantiated; :meth:`cpp_for` leaves out the launchers of kernels not asked
+    for, so that a library of many template instantiations compiles only those it uses."""
+
+    text: str  # the C++ with a LAUNCHER_MARK comment where each kernel's launcher goes
     kernels: dict[str, KernelInfo]
+    launchers: list[str]
+
+    @property
+    def cpp(self) -> str:
+        return self.cpp_for(None)
+
+    def cpp_for(self, names: Iterable[str] | None) -> str:
+        """The C++ with the launchers of ``names`` (every kernel for ``None``) and no others."""
+        wanted = None if names is None else {list(self.kernels).index(name) for name in names}
+        return LAUNCHER_MARK.sub(lambda m: self.launchers[int(m.group(1))]
+                                 if wanted is None or int(m.group(1)) in wanted else "", self.text)
+
+
+LAUNCHER_MARK = re.compile(r"/\*shimkit-launcher:(\d+)\*/")
 
 
 def blank_comments(text: str) -> str:
@@ -293,7 +312,7 @@ def translate(text: str) -> Translation:
             _add(kernels, kernel, where)
             end = parsed.index(";", close) + 1
             edits.append((instantiation.start(), end, _blank(text[instantiation.start():end],
-                                                              launcher(kernel, len(kernels) - 1))))
+                                                              _launcher_mark(len(kernels) - 1))))
             continue
         # `[[attrs]] kernel void f(` -> `static void f(`, attributes inside the parameter list blanked.
         edits.append((match.start(), match.start("name"), _blank(text[match.start():match.start("name")],
@@ -328,7 +347,7 @@ def translate(text: str) -> Translation:
         if not header:
             kernel = _kernel(name, name, definition, max_threads)
             _add(kernels, kernel, where)
-            edits.append((body_end, body_end, " " + launcher(kernel, len(kernels) - 1)))
+            edits.append((body_end, body_end, " " + _launcher_mark(len(kernels) - 1)))
 
     for a, b, replacement in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         text = text[:a] + replacement + text[b:]
@@ -338,7 +357,12 @@ def translate(text: str) -> Translation:
     # `constant` becomes `const`, so `constant const T*` (c10's error.h) would repeat the qualifier.
     text = re.sub(r"\bconstant\s+const\b|\bconst\s+constant\b", "constant", text)
     errors = "SHIMKIT_EXPORT const char* shimkit_last_error() { return ::shimkit_metal::last_error.c_str(); }"
-    return Translation(cpp=f"{text}\n{errors}\n", kernels=kernels)
+    return Translation(text=f"{text}\n{errors}\n", kernels=kernels,
+                       launchers=[launcher(kernel, index) for index, kernel in enumerate(kernels.values())])
+
+
+def _launcher_mark(index: int) -> str:
+    return f"/*shimkit-launcher:{index}*/"
 
 
 def _add(kernels: dict[str, KernelInfo], kernel: KernelInfo, where: str) -> None:

@@ -20,7 +20,7 @@ import subprocess
 import sysconfig
 import threading
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
@@ -57,7 +57,7 @@ class Dispatch(ctypes.Structure):
 
 
 _lock = threading.Lock()
-_compiled: dict[tuple[str, bool, bool], tuple[ctypes.CDLL, Translation]] = {}
+_compiled: dict[tuple[str, bool, bool, tuple[str, ...] | None], tuple[ctypes.CDLL, Translation]] = {}
 
 
 @functools.lru_cache(maxsize=None)
@@ -70,24 +70,26 @@ def _headers_digest() -> str:
     return digest.hexdigest()
 
 
-def compile_library(source: str, *, sanitize: bool | None = None,
-                    ucontext_fibers: bool = False) -> tuple[ctypes.CDLL, Translation]:
+def compile_library(source: str, *, sanitize: bool | None = None, ucontext_fibers: bool = False,
+                    kernels: Iterable[str] | None = None) -> tuple[ctypes.CDLL, Translation]:
     """The loaded library for ``source`` and its translation, compiled once per process and cached on disk.
 
-    ``ucontext_fibers`` switches cooperative fibers with glibc's ``swapcontext`` instead of shimkit's own
-    context switch (what AddressSanitizer builds and non-x86-64 hosts use): the reference the fast path
-    is tested against."""
+    ``kernels`` names the kernels whose launchers the library exports (all for ``None``): a library of
+    many template instantiations, such as ATen's sort with 700, compiles in a fraction of the time for the
+    few a caller launches. ``ucontext_fibers`` switches cooperative fibers with glibc's ``swapcontext``
+    instead of shimkit's own context switch (what AddressSanitizer builds and non-x86-64 hosts use): the
+    reference the fast path is tested against."""
     if not isinstance(source, str):
         raise TypeError(f"compile_shader expects the MSL source as a str, got {type(source).__name__}")
     sanitize = os.environ.get("SHIMKIT_SANITIZE") == "1" if sanitize is None else sanitize
-    key = (source, sanitize, ucontext_fibers)
+    subset = None if kernels is None else tuple(sorted(kernels))
+    key = (source, sanitize, ucontext_fibers, subset)
     with _lock:
         if key in _compiled:
             return _compiled[key]
-        compiler = shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")
-        check_supported(source)
-        translation = translate(_preprocess(compiler, embed_headers(source, TORCH_INCLUDE), source))
-        cpp = f'#include "metal_stdlib"\n{translation.cpp}'
+        compiler = _compiler()
+        translation = _translation(source)
+        cpp = f'#include "metal_stdlib"\n{translation.cpp_for(subset)}'
         flags = (list(FLAGS) + (list(SANITIZER_FLAGS) if sanitize else [])
                  + (["-DSHIMKIT_METAL_UCONTEXT"] if ucontext_fibers else []))
         digest = hashlib.sha256("\0".join([*compiler, *flags, _headers_digest(), cpp]).encode()).hexdigest()[:20]
@@ -106,6 +108,17 @@ def compile_library(source: str, *, sanitize: bool | None = None,
         library = ctypes.CDLL(str(library_path))
         _compiled[key] = (library, translation)
         return library, translation
+
+
+def _compiler() -> list[str]:
+    return shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")
+
+
+@functools.lru_cache(maxsize=64)
+def _translation(source: str) -> Translation:
+    """The checked, preprocessed and translated ``source`` (compiler errors quote the MSL)."""
+    check_supported(source)
+    return translate(_preprocess(_compiler(), embed_headers(source, TORCH_INCLUDE), source))
 
 
 def _preprocess(compiler: list[str], text: str, source: str) -> str:
@@ -304,22 +317,39 @@ def _dims(label: str, value: int | Sequence[int]) -> list[int]:
     return dims
 
 
+# A library with more kernels than this compiles each one when it is first used: the instantiations of a
+# kernel template (one per dtype and tile size) are many, and a caller uses few.
+EAGER_KERNELS = 16
+
+
 class ShaderLibrary:
-    """The kernels of one MSL source, as attributes (``lib.my_kernel``); ``dir(lib)`` lists them."""
+    """The kernels of one MSL source, as attributes (``lib.my_kernel``); ``dir(lib)`` lists them.
+
+    The source is translated (and any error in it raised) at construction; its kernels compile then, or,
+    past ``EAGER_KERNELS`` of them, each on its first use."""
 
     def __init__(self, source: str, *, ucontext_fibers: bool = False) -> None:
-        library, translation = compile_library(source, ucontext_fibers=ucontext_fibers)
-        self._kernels = {name: MetalKernel(library, info, index)
-                         for index, (name, info) in enumerate(translation.kernels.items())}
+        self._source, self._ucontext_fibers = source, ucontext_fibers
+        translation = _translation(source)
+        self._infos = {name: (index, info) for index, (name, info) in enumerate(translation.kernels.items())}
+        self._kernels: dict[str, MetalKernel] = {}
+        if len(self._infos) <= EAGER_KERNELS:
+            library, _ = compile_library(source, ucontext_fibers=ucontext_fibers)
+            self._kernels = {name: MetalKernel(library, info, index) for name, (index, info) in self._infos.items()}
 
     def __getattr__(self, name: str) -> MetalKernel:
-        kernels = self.__dict__.get("_kernels", {})
+        kernels, infos = self.__dict__.get("_kernels", {}), self.__dict__.get("_infos", {})
         if name in kernels:
             return kernels[name]
-        raise AttributeError(f"the shader library has no kernel {name!r} (kernels: {', '.join(sorted(kernels))})")
+        if name in infos:
+            library, _ = compile_library(self._source, ucontext_fibers=self._ucontext_fibers, kernels=(name,))
+            index, info = infos[name]
+            kernels[name] = MetalKernel(library, info, index)
+            return kernels[name]
+        raise AttributeError(f"the shader library has no kernel {name!r} (kernels: {', '.join(sorted(infos))})")
 
     def __dir__(self) -> list[str]:
-        return sorted(self._kernels)
+        return sorted(self._infos)
 
 
 def compile_shader(source: str) -> ShaderLibrary:

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shimkit.metal import MetalSourceError, compile_shader
-from shimkit.metal.library import compile_library
+from shimkit.metal.library import EAGER_KERNELS, compile_library
 
 COORDINATES = compile_shader("""
 kernel void where(device uint* out,
@@ -258,3 +258,21 @@ def test_wrong_arguments_are_refused_clearly():
 def test_a_compiled_library_is_reused_for_the_same_source():
     source = "kernel void k(device float* x, uint i [[thread_position_in_grid]]) { x[i] = 2; }"
     assert compile_library(source)[0] is compile_library(source)[0]
+
+
+def test_a_library_of_many_kernels_compiles_each_on_first_use():
+    # As ATen's sort (700 template instantiations): a caller uses few, and only those are compiled.
+    count = EAGER_KERNELS + 4
+    source = ("template <int N> kernel void put(device float* x, uint i [[thread_position_in_grid]]) { x[i] = N; }\n"
+              + "".join(f'template [[host_name("put{n}")]] kernel void put<{n}>(device float*, uint);\n'
+                        for n in range(count)))
+    lib = compile_shader(source)
+    assert dir(lib) == sorted(f"put{n}" for n in range(count))
+    for n in (3, count - 1):
+        x = torch.zeros(5)
+        getattr(lib, f"put{n}")(x, threads=5)
+        assert x.tolist() == [float(n)] * 5
+    only_three = compile_library(source, kernels=("put3",))[0]
+    assert hasattr(only_three, "shimkit_launch_3") and not hasattr(only_three, "shimkit_launch_4")
+    with pytest.raises(AttributeError, match="no kernel 'put99'"):
+        lib.put99
