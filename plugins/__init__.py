@@ -39,6 +39,7 @@ BUILTIN_MODULES = (
     "histogramdd",
     "embedding_bag",
     "complex_fft",
+    "grouped_conv1d",
     "cuda_runtime",
     "core_passes",
 )

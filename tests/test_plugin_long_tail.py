@@ -23,7 +23,7 @@ from shimkit.testing import assert_plugin_matches_reference
 
 OPS = {f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name: op for op in op_db}
 PLUGINS = ["cumprod", "aten-composites", "bilinear", "adaptive-avg-pool3d", "masked-scatter", "cdist",
-           "linear-cross-entropy", "combinations", "histogramdd", "embedding-bag"]
+           "linear-cross-entropy", "combinations", "histogramdd", "embedding-bag", "grouped-conv1d"]
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
