@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=4, help="audit worker processes (default 4)")
     parser.add_argument("--timeout", type=float, default=420, help="per model, seconds (default 420)")
     parser.add_argument("--stock", type=Path, help="the stock run's audit-stock.json from an earlier check, "
-                                                   "instead of lowering stock again")
+                                                   "instead of lowering stock again (models it lacks are)")
     parser.add_argument("--no-numerics", action="store_true",
                         help="lower only: skip the AOTInductor numerics phase (on an image whose AOTInductor "
                              "loader crashes it only spends device time; docs/cuda.md)")
@@ -113,8 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     environment = (f"{torch.cuda.get_device_name()} (torch {torch.__version__}, CUDA {torch.version.cuda}, "
                    f"Python {platform.python_version()}, {os.cpu_count()} cores)")
     specs = args.models or model_specs()
-    stock = (json.loads(args.stock.read_text()) if args.stock
-             else audit(specs, plugins=False, jobs=args.jobs, timeout=args.timeout, out=args.out))
+    stock = json.loads(args.stock.read_text()) if args.stock else {"models": [], "wall_s": 0.0}
+    stored = {short(m["name"]) for m in stock["models"]}
+    unlowered = [spec for spec in specs if short(spec) not in stored]
+    if unlowered:  # models the stored stock report predates are lowered stock now
+        fresh = audit(unlowered, plugins=False, jobs=args.jobs, timeout=args.timeout, out=args.out)
+        stock["models"] += fresh["models"]
+        stock["wall_s"] = round(stock["wall_s"] + fresh["wall_s"], 1)
     shimkit = audit(specs, plugins=True, jobs=args.jobs, timeout=args.timeout, out=args.out,
                     numerics=not args.no_numerics)
     text, problems = report(stock, shimkit, environment, numerics=not args.no_numerics)

@@ -7,6 +7,8 @@
 #                                       then lower the zoo and the CUDA repros stock and with shimkit, check the
 #                                       numerics against eager CUDA and fail on any regression; reports in OUT
 #   tools/cuda_device.sh tests [OUT]   there: shimkit's test suite once under the machine's torch, log in OUT
+#   tools/cuda_device.sh bench [OUT]   there: benchmarks/bench_cuda_gemm.py (baddbmm decomposed or left to
+#                                       Triton), its table in OUT
 #
 # The machine's own torch, triton and CUDA are used as they are: nothing here replaces them (--no-deps).
 set -euo pipefail
@@ -40,6 +42,10 @@ install() {
   # The machine's torch is not a release CI tests; this path is the one exception (docs/cuda.md).
   export SHIMKIT_SKIP_VERSION_CHECK=1
   export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
+  # Inductor compiles and links with $CXX. A $CXX that links libstdc++ statically (the GPU image's is a
+  # wrapper around another g++ build) gives a wrapper.so whose own std::regex crashes when AOTInductor
+  # loads it; shimkit.audit.aoti_process refuses such a package, and here the system g++ avoids it.
+  if [[ -x /usr/bin/g++ ]]; then export CXX=/usr/bin/g++; fi
   "$PYTHON" -c 'import torch, executorch, shimkit; print("torch", torch.__version__, "cuda", torch.version.cuda,
 "gpu", torch.cuda.get_device_name() if torch.cuda.is_available() else None)'
 }
@@ -64,9 +70,18 @@ tests() {
     --rootdir "$ROOT" -c "$ROOT/pyproject.toml" "$ROOT/tests" ${CUDA_TEST_ARGS:-} 2>&1 | tee "$out/tests.log"
 }
 
+bench() {
+  local out=${1:-$ROOT/cuda-report}
+  mkdir -p "$out"
+  install
+  cd /tmp
+  "$PYTHON" "$ROOT/benchmarks/bench_cuda_gemm.py" ${CUDA_BENCH_ARGS:-} 2>&1 | tee "$out/bench_cuda_gemm.txt"
+}
+
 case "${1:-}" in
   fetch) fetch ;;
   check) shift; check "$@" ;;
   tests) shift; tests "$@" ;;
-  *) echo "usage: tools/cuda_device.sh {fetch|check [OUT]|tests [OUT]}" >&2; exit 2 ;;
+  bench) shift; bench "$@" ;;
+  *) echo "usage: tools/cuda_device.sh {fetch|check [OUT]|tests [OUT]|bench [OUT]}" >&2; exit 2 ;;
 esac
