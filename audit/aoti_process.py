@@ -1,9 +1,9 @@
-"""Compile and run one exported program with torch's own AOTInductor, in a process of its own.
+"""Run one AOTInductor package, in a process of its own.
 
-``python -m shimkit.audit.aoti_process PROGRAM PACKAGE INPUTS OUTPUTS DEVICE`` loads ``PROGRAM`` (a
-``torch.export.save`` file), compiles it into ``PACKAGE`` with ``aoti_compile_and_package`` unless that
-exists already, runs it on ``DEVICE`` with the tensors ``torch.load`` reads from ``INPUTS``, and saves
-the results (on the CPU) to ``OUTPUTS``. :class:`shimkit.audit.numerics.AotiCompiled` starts it.
+``python -m shimkit.audit.aoti_process PACKAGE INPUTS OUTPUTS DEVICE [MODULE...]`` imports each
+``MODULE`` (those registering custom ops the program calls), loads ``PACKAGE`` (compiled by
+:class:`shimkit.audit.numerics.AotiCompiled` with ``aoti_compile_and_package``), runs it on ``DEVICE``
+with the tensors ``torch.load`` reads from ``INPUTS`` and saves the results (on the CPU) to ``OUTPUTS``.
 
 Why a process: in the process that has just lowered with ExecuTorch's ``CudaBackend``, loading the
 package AOTInductor compiled crashed with SIGSEGV on the H100 (torch 2.11), and a crashed worker is
@@ -22,7 +22,6 @@ import os
 import struct
 import sys
 import zipfile
-from pathlib import Path
 
 # Namespaces of custom ops a program handed to CudaBackend's Inductor may call, and what registers them.
 _REGISTERED_BY = {"triton": "executorch.backends.cuda.cuda_backend",
@@ -45,7 +44,7 @@ class StaticLibstdcxx(RuntimeError):
 def needed_libraries(elf: bytes, name: str = "shared object") -> list[str]:
     """The ``DT_NEEDED`` entries of a 64-bit little-endian ELF shared object, in order.
 
-    >>> needed_libraries(Path("/usr/lib/x86_64-linux-gnu/libm.so.6").read_bytes())
+    >>> needed_libraries(open("/usr/lib/x86_64-linux-gnu/libm.so.6", "rb").read())
     ['libc.so.6', 'ld-linux-x86-64.so.2']
     """
     if elf[:4] != b"\x7fELF" or elf[4] != 2 or elf[5] != 1:
@@ -89,22 +88,20 @@ def check_dynamic_libstdcxx(package: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    program, package, inputs, outputs, device, *modules = argv
+    package, inputs, outputs, device, *modules = argv
     import importlib
 
     import torch
-    from torch._inductor import aoti_compile_and_package, aoti_load_package
+    from torch._inductor import aoti_load_package
     from torch.utils import _pytree as pytree
 
-    for module in modules:
-        importlib.import_module(module)
-    if not Path(package).exists():
-        aoti_compile_and_package(torch.export.load(program), package_path=package)
     try:
         check_dynamic_libstdcxx(package)
     except StaticLibstdcxx as refused:
         print(f"refused to load: {refused}", file=sys.stderr)
         return 3
+    for module in modules:
+        importlib.import_module(module)
     operands = [o.to(device) if isinstance(o, torch.Tensor) else o for o in torch.load(inputs)]
     result = aoti_load_package(package)(*operands)
     torch.save(pytree.tree_map(lambda v: v.cpu() if isinstance(v, torch.Tensor) else v, result), outputs)

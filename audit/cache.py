@@ -109,7 +109,7 @@ def _hash_program(digest: Any, exported: Any, example_inputs: Iterable[Any], *, 
             continue
         digest.update(f"{name}:{tuple(value.shape)}:{value.dtype}:{value.stride()}".encode())
         if with_values:
-            digest.update(value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+            digest.update(value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
                           if value.numel() else b"")
 
 
@@ -226,9 +226,14 @@ def audit_entry(spec: str, *, plugins: bool, check_numerics: bool, target: Any, 
     except (Exception, SystemExit):  # the uncached audit below reports the failure as usual
         return to_json(run_audit([spec], plugins=plugins, registry=registry, check_numerics=check_numerics,
                                  target=target))["models"][0]
-    key = audit_key(exported, loaded.example_inputs or exported.example_inputs[0], plugins=plugins,
-                    check_numerics=check_numerics, target=target.name, registry=registry)
-    stored = cache.get(key)
+    try:
+        key = audit_key(exported, loaded.example_inputs or exported.example_inputs[0], plugins=plugins,
+                        check_numerics=check_numerics, target=target.name, registry=registry)
+    except Exception as error:  # the cache only saves time: a model it cannot key is audited, not failed
+        print(f"shimkit audit: {spec} is not cached: its cache key failed: {type(error).__name__}: {error}",
+              file=sys.stderr)
+        key = None
+    stored = cache.get(key) if key is not None else None
     if stored is not None:
         return {**stored, "name": spec, "cached": True}
     loaded.exported = exported
@@ -236,6 +241,6 @@ def audit_entry(spec: str, *, plugins: bool, check_numerics: bool, target: Any, 
     audit = audit_loaded(loaded, config=config, check_numerics=check_numerics, target=target)
     audit.timings["export"] = export_seconds
     entry = to_json(AuditRun([audit], plugins, registry, config, target=target))["models"][0]
-    if entry["status"] != "interrupted":
+    if key is not None and entry["status"] != "interrupted":
         cache.put(key, entry)
     return entry

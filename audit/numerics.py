@@ -181,10 +181,10 @@ def _like(example: torch.Tensor, shape: list[int], generator: torch.Generator) -
 
 class AotiCompiled:
     """A program handed to Inductor for a real device (CUDA), compiled by torch's own AOTInductor
-    (``torch._inductor.aoti_compile_and_package`` and its loader) and run there, in a process of its
-    own (:mod:`shimkit.audit.aoti_process`: in the lowering process the package crashed on load).
+    (``torch._inductor.aoti_compile_and_package``) and run by its loader in a process of its own
+    (:mod:`shimkit.audit.aoti_process`: a package that crashes on load ends that process only).
 
-    The program is exported once, on the first call; the dimensions that are symbolic in its inputs
+    The program is exported and compiled once, on the first call; the dimensions that are symbolic in its inputs
     stay dynamic, so one compilation answers every :func:`size_plans` plan. Operands arrive on the CPU
     (the top-level program runs there) and results go back to it. A crash or hang of the child is a
     :class:`NumericsUnavailable` naming it: the audit reports the model ``unchecked``.
@@ -204,6 +204,7 @@ class AotiCompiled:
     def _export(self, operands: list[Any]) -> None:
         import tempfile
 
+        from torch._inductor import aoti_compile_and_package
         from torch.export import Dim
 
         from shimkit.audit.aoti_process import custom_op_modules
@@ -214,7 +215,13 @@ class AotiCompiled:
                                        dynamic_shapes=dynamic if any(self.dynamic_dims) else None, strict=False)
         self._modules = custom_op_modules(exported.graph)
         self._folder = tempfile.TemporaryDirectory(prefix="shimkit-aoti-")
-        torch.export.save(exported, f"{self._folder.name}/program.pt2")
+        # Compiled here, where the program is at hand: a torch.export.save / load round trip to the child
+        # failed to deserialise some programs on torch 2.11 (position_ids_dynamic on the H100).
+        try:
+            aoti_compile_and_package(exported, package_path=f"{self._folder.name}/package.pt2")
+        except Exception as error:
+            raise NumericsUnavailable(f"AOTInductor could not compile the program: {type(error).__name__}: "
+                                      f"{str(error).splitlines()[0] if str(error) else ''}"[:400]) from error
 
     def __call__(self, *operands: Any) -> Any:
         import subprocess
@@ -224,9 +231,8 @@ class AotiCompiled:
             self._export(list(operands))
         folder = self._folder.name
         torch.save([o.cpu() if isinstance(o, torch.Tensor) else o for o in operands], f"{folder}/inputs.pt")
-        command = [sys.executable, "-m", "shimkit.audit.aoti_process", f"{folder}/program.pt2",
-                   f"{folder}/package.pt2", f"{folder}/inputs.pt", f"{folder}/outputs.pt", str(self.device),
-                   *self._modules]
+        command = [sys.executable, "-m", "shimkit.audit.aoti_process", f"{folder}/package.pt2",
+                   f"{folder}/inputs.pt", f"{folder}/outputs.pt", str(self.device), *self._modules]
         try:
             child = subprocess.run(command, capture_output=True, text=True, timeout=self.timeout_s)
         except subprocess.TimeoutExpired as timeout:

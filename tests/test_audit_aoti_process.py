@@ -65,8 +65,7 @@ def test_a_package_linked_with_a_static_libstdcxx_is_refused_with_the_way_out(sh
 
 def test_the_child_process_refuses_before_loading(shared_objects, tmp_path, capsys):
     bad = _package(tmp_path / "package.pt2", shared_objects["static"])
-    status = main([str(tmp_path / "program.pt2"), str(bad), str(tmp_path / "inputs.pt"),
-                   str(tmp_path / "outputs.pt"), "cpu"])
+    status = main([str(bad), str(tmp_path / "inputs.pt"), str(tmp_path / "outputs.pt"), "cpu"])
     assert status == 3 and "refused to load" in capsys.readouterr().err
     assert not (tmp_path / "outputs.pt").exists()
 

@@ -136,12 +136,42 @@ def test_the_key_covers_shapes_dynamic_ranges_and_weights_with_numerics():
     assert key(exported, (x + 1,), True) != key(exported, (x,), True)
 
 
+def test_zero_dimensional_weights_of_any_size_are_keyed_with_numerics():
+    # BatchNorm's num_batches_tracked is a 0-d int64 buffer: a 0-d tensor cannot be viewed as bytes of
+    # another size, which ended every BatchNorm model's audit with --check-numerics on the H100.
+    registry = new_registry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    model, x = torch.nn.BatchNorm1d(3).eval(), torch.ones(2, 3)
+    exported = torch.export.export(model, (x,))
+
+    def key(program):
+        return audit_key(program, (x, torch.tensor(2.5)), plugins=True, check_numerics=True, target="metal",
+                         registry=registry)
+
+    before = key(exported)
+    tracked = copy.deepcopy(model)
+    tracked.num_batches_tracked.fill_(7)
+    assert before == key(torch.export.export(model, (x,))) != key(torch.export.export(tracked, (x,)))
+
+
 def _hammer(directory: str, worker: int) -> None:
     cache = AuditCache(directory)
     for round_ in range(200):
         cache.put("ab" * 32, {"worker": worker, "round": round_, "payload": "x" * 20000})
         entry = cache.get("ab" * 32)
         assert entry is not None and len(entry["payload"]) == 20000
+
+
+def test_a_model_the_cache_cannot_key_is_audited_and_not_stored(tmp_path, monkeypatch, capsys):
+    import shimkit.audit.cache as cache_module
+
+    def unkeyable(*args, **kwargs):
+        raise TypeError("cannot hash this weight")
+
+    monkeypatch.setattr(cache_module, "audit_key", unkeyable)
+    code, document = audit("--cache-dir", str(tmp_path / "cache"), "cumsum")
+    assert code == 0 and document["models"][0]["status"] == "clean" and document["models"][0]["cached"] is False
+    assert not list((tmp_path / "cache").rglob("*.json"))
+    assert "cumsum is not cached: its cache key failed: TypeError: cannot hash this weight" in capsys.readouterr().err
 
 
 def test_concurrent_writers_never_leave_a_torn_entry(tmp_path):

@@ -151,14 +151,14 @@ def test_a_real_program_is_left_alone():
     assert str(program.graph) == before
 
 
-def test_mps_prepares_complex_programs_for_edge_and_cuda_keeps_them():
-    """Registered as a pre-edge pass on mps only (CUDA has a complex dtype); a complex output stays complex
-    through one view_as_complex of its pair."""
+@pytest.mark.parametrize("device", ["mps", "cuda"])
+def test_both_devices_prepare_complex_programs_for_edge(device):
+    """Registered as a pre-edge pass on mps and cuda (to_edge's verifier rejects complex programs on
+    both); a complex output stays complex through one view_as_complex of its pair."""
     from shimkit.backend import backend_config
 
     x = torch.randn(3, 8, generator=torch.Generator().manual_seed(1))
-    assert not backend_config("cuda").pre_edge_passes
-    program = backend_config("mps").prepare_for_edge(torch.export.export(_ComplexOut(), (x,)))
+    program = backend_config(device).prepare_for_edge(torch.export.export(_ComplexOut(), (x,)))
     complex_nodes = [n for n in program.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)
                      and n.meta["val"].is_complex()]
     assert [n.target for n in complex_nodes] == [torch.ops.aten.view_as_complex.default]
