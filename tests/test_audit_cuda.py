@@ -68,20 +68,29 @@ class _Attention(torch.nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **self.options)
 
 
-def _sdpa_node(dtype=torch.bfloat16, q_length=8, mask_dtype=None, shape=(1, 2, None, 16), **options):
+def _sdpa_node(dtype=torch.bfloat16, q_length=8, mask_dtype=None, shape=(1, 2, None, 16), kv_length=8,
+               dynamic=False, **options):
     q, k, v = (torch.randn(*(q_length if s is None else s for s in shape)).to(dtype),
-               *(torch.randn(*(8 if s is None else s for s in shape)).to(dtype) for _ in range(2)))
-    inputs = (q, k, v) if mask_dtype is None else (q, k, v, torch.ones(q_length, 8).to(mask_dtype))
-    exported = torch.export.export(_Attention(**options), inputs)
+               *(torch.randn(*(kv_length if s is None else s for s in shape)).to(dtype) for _ in range(2)))
+    inputs = (q, k, v) if mask_dtype is None else (q, k, v, torch.ones(q_length, kv_length).to(mask_dtype))
+    keys = {len(shape) - 2: torch.export.Dim("keys")} if dynamic else None
+    exported = torch.export.export(_Attention(**options), inputs,
+                                   dynamic_shapes=(None, keys, keys) if dynamic else None)
     (node,) = exported.graph.find_nodes(op="call_function",
                                         target=torch.ops.aten.scaled_dot_product_attention.default)
     return node
 
 
 def test_triton_sdpa_only_where_its_kernel_accepts_the_node():
-    assert sdpa_accepted_by_triton(_sdpa_node())
+    assert sdpa_accepted_by_triton(_sdpa_node(kv_length=128))
     assert sdpa_accepted_by_triton(_sdpa_node(mask_dtype=torch.bool))
     assert sdpa_accepted_by_triton(_sdpa_node(is_causal=True))
+    assert sdpa_accepted_by_triton(_sdpa_node(shape=(1, 2, None, 24)))  # the kernel that masks the tail
+    # Where its power-of-2 kernel would let zero-padded keys into the softmax (wrong on the H100): no mask,
+    # not causal, and a key length that is not a static multiple of its 128-wide key blocks.
+    assert not sdpa_accepted_by_triton(_sdpa_node())
+    assert not sdpa_accepted_by_triton(_sdpa_node(kv_length=136))
+    assert not sdpa_accepted_by_triton(_sdpa_node(kv_length=128, dynamic=True))
     # What ExecuTorch's triton.sdpa rejects at run time: float32 (the stock failure), float masks,
     # dropout, causal with unequal lengths, tensors that are not 4-D.
     assert not sdpa_accepted_by_triton(_sdpa_node(torch.float32))

@@ -1,7 +1,9 @@
 """The CUDA repros of issue 15, as ``shimkit audit`` model factories (``tools/cuda_models.py:NAME``).
 
-Stock ExecuTorch 1.5.1 on an H100 lowers the first two and fails the last two; ``sdpa_bfloat16`` checks
-that shimkit still hands bfloat16 attention to ExecuTorch's Triton kernel.
+Stock ExecuTorch 1.5.1 on an H100 lowers the first two and fails float32 SDPA. ``sdpa_bfloat16`` (16 keys)
+stock hands to ExecuTorch's Triton kernel, which computes it wrong (docs/cuda.md); shimkit keeps it ATen
+SDPA. ``sdpa_bfloat16_blocks`` (128 keys) checks that shimkit still hands the shapes the kernel computes
+right to it.
 """
 
 import torch
@@ -27,9 +29,9 @@ class _Attention(torch.nn.Module):
         return F.scaled_dot_product_attention(q, k, v)
 
 
-def _qkv(dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+def _qkv(dtype: torch.dtype, length: int = 16) -> tuple[torch.Tensor, ...]:
     generator = torch.Generator().manual_seed(0)
-    return tuple(torch.randn(1, 4, 16, 64, generator=generator).to(dtype) for _ in range(3))
+    return tuple(torch.randn(1, 4, length, 64, generator=generator).to(dtype) for _ in range(3))
 
 
 def linear_cumsum():
@@ -47,3 +49,8 @@ def sdpa_float32():
 
 def sdpa_bfloat16():
     return _Attention(), _qkv(torch.bfloat16)
+
+
+def sdpa_bfloat16_blocks():
+    """128 keys, a whole block of triton.sdpa's: the one unmasked shape its kernel computes right."""
+    return _Attention(), _qkv(torch.bfloat16, length=128)
