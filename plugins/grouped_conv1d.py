@@ -22,6 +22,9 @@ import torch
 from shimkit.registry import DecompositionDeclined, OpCall, OpPlugin, hookimpl
 
 CONVOLUTION = "aten::convolution.default"
+# ExecuTorch's AOTI partitioner keeps every op of the program as it is, so a model's Conv1d reaches the
+# backend's passes as conv1d (Inductor turns it into a convolution later, past the passes).
+CONV1D = "aten::conv1d.default"
 
 
 def grouped_conv1d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
@@ -56,6 +59,33 @@ def grouped_conv1d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     if bias is not None:
         result = result + bias.to(accumulate)[None, :, None]
     return result.to(result_dtype)
+
+
+def _single(value: int | list[int]) -> list[int]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def grouped_conv1d_call(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                        stride: int | list[int] = 1, padding: int | list[int] = 0, dilation: int | list[int] = 1,
+                        groups: int = 1) -> torch.Tensor:
+    """``conv1d`` (an unbatched ``(channels, length)`` input too) as :func:`grouped_conv1d`."""
+    batched = input if input.dim() == 3 else input.unsqueeze(0)
+    result = grouped_conv1d(batched, weight, bias, _single(stride), _single(padding), _single(dilation), False,
+                            [0], groups)
+    return result if input.dim() == 3 else result.squeeze(0)
+
+
+def conv1d_inputs():
+    """``conv1d`` calls: :func:`grouped_conv1d_inputs`' cases, a third of them unbatched."""
+    from hypothesis import strategies as st
+
+    def as_conv1d(call: OpCall, unbatched: bool) -> OpCall:
+        x, weight, bias, stride, padding, dilation, _, _, groups = call.args
+        if unbatched and x.shape[0] > 0:
+            x = x[0]
+        return OpCall((x, weight, bias, stride, padding, dilation, groups), {})
+
+    return st.builds(as_conv1d, grouped_conv1d_inputs(), st.sampled_from([False, False, True]))
 
 
 def grouped_conv1d_inputs():
@@ -96,10 +126,10 @@ def grouped_conv1d_inputs():
 def shimkit_op_plugins():
     yield OpPlugin(
         name="grouped-conv1d",
-        ops=(CONVOLUTION,),
-        decompositions={CONVOLUTION: grouped_conv1d},
-        references={CONVOLUTION: torch.ops.aten.convolution.default},
-        input_strategies={CONVOLUTION: grouped_conv1d_inputs},
+        ops=(CONVOLUTION, CONV1D),
+        decompositions={CONVOLUTION: grouped_conv1d, CONV1D: grouped_conv1d_call},
+        references={CONVOLUTION: torch.ops.aten.convolution.default, CONV1D: torch.ops.aten.conv1d.default},
+        input_strategies={CONVOLUTION: grouped_conv1d_inputs, CONV1D: conv1d_inputs},
         # Metal has a convolution kernel for every group count (plugins/convolution.py); CUDA's Triton
         # templates have none for grouped conv1d.
         decomposition_devices=("cuda",),

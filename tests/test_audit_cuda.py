@@ -190,3 +190,26 @@ def test_aoti_compiled_stand_in_keeps_dynamic_sizes_and_matches_eager():
     (Path(compiled._folder.name) / "package.pt2").write_bytes(b"not a package")
     with pytest.raises(NumericsUnavailable, match="AOTInductor's compile-and-run process exited 1"):
         compiled(torch.randn(3, 6))
+
+
+def test_cuda_writes_out_the_conformers_depthwise_conv1d_as_the_partitioner_keeps_it():
+    """ExecuTorch's AOTI partitioner keeps every op as exported, so CudaBackend's passes see conv1d, not
+    convolution: on the H100 the grouped-conv1d plugin, declared for convolution alone, never ran and the
+    conformer failed in Inductor (NoValidChoicesError). Only the grouped conv1d is written out."""
+    from shimkit.audit.loader import load_model
+    from shimkit.audit.runner import export_model
+    from shimkit.passes import DecomposeInPlace
+
+    loaded = load_model("conformer_block")
+    exported = export_model(loaded)
+    expected = exported.module()(*loaded.example_inputs)
+
+    def conv1d_groups():
+        return [node.args[6] if len(node.args) > 6 else 1 for node in exported.graph.nodes
+                if node.target == torch.ops.aten.conv1d.default]
+
+    assert sorted(conv1d_groups()) == [1, 1, 64]
+    decompose = DecomposeInPlace.from_capabilities(new_registry(env=CLEAN_ENV).backend_config("cuda").capabilities)
+    assert decompose(exported.graph_module).modified
+    assert conv1d_groups() == [1, 1]
+    torch.testing.assert_close(exported.module()(*loaded.example_inputs), expected, rtol=1e-5, atol=1e-5)
