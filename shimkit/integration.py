@@ -23,6 +23,9 @@ from shimkit._patching import ScopedPatches, importable_torchao_mps_cshim
 from shimkit.backend import backend_config, inductor_options
 from shimkit.registry import BackendConfig
 
+# The graph pass that applies the registry's decomposition table in place (plugins/core_passes.py).
+IN_PLACE_DECOMPOSITIONS = "plugin_decompositions"
+
 PATCHED = (
     "get_supported_fallback_kernels",
     "get_decomposition_table",
@@ -44,6 +47,13 @@ def _replacements(backend_cls: Any, config: BackendConfig) -> dict[str, Any]:
         return dict(config.fallback_kernels)
 
     def get_decomposition_table(cls):
+        # plugin_decompositions has applied the table in place, and what it left a decomposition declined.
+        # Handed on, the table would only make AotiBackend retrace the whole program (run_decompositions
+        # runs whenever a table op occurs), and the retrace writes each reshape whose input looks viewable
+        # as a view: on the H100 the conformer's attention output was not viewable in the layout Inductor
+        # gives it (docs/cuda.md). Without the pass, the table is the backend's to apply.
+        if IN_PLACE_DECOMPOSITIONS in config.pass_names:
+            return {}
         return dict(config.decomposition_table)
 
     def get_custom_passes(cls, compile_specs):

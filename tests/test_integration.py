@@ -22,7 +22,9 @@ def mps_config():
 def test_metal_backend_takes_the_registry_config(mps_config):
     with registry_backend(MetalBackend, mps_config):
         assert MetalBackend.get_supported_fallback_kernels() == dict(mps_config.fallback_kernels)
-        assert MetalBackend.get_decomposition_table() == dict(mps_config.decomposition_table)
+        # plugin_decompositions applies the table in place: AotiBackend gets none to retrace with.
+        assert "plugin_decompositions" in mps_config.pass_names and mps_config.decomposition_table
+        assert MetalBackend.get_decomposition_table() == {}
         assert MetalBackend.get_custom_passes([]) == list(mps_config.passes)
         options = MetalBackend.get_aoti_compile_options([])
         # upstream's own options survive; c-shims come from the registry only
@@ -101,7 +103,15 @@ def test_cuda_backends_use_the_cuda_device(backend_cls):
         assert "aoti_torch_cuda_sort_stable" in config.fallback_kernels
         assert "aoti_torch_cuda_upstream_only" not in config.fallback_kernels
         # Triton GEMM templates compile addmm on CUDA; baddbmm is still rewritten there.
-        assert torch.ops.aten.addmm.default not in backend_cls.get_decomposition_table()
-        assert torch.ops.aten.baddbmm.default in backend_cls.get_decomposition_table()
+        assert torch.ops.aten.addmm.default not in config.decomposition_table
+        assert torch.ops.aten.baddbmm.default in config.decomposition_table
+        assert backend_cls.get_decomposition_table() == {}  # applied in place by plugin_decompositions
         assert backend_cls.get_custom_passes([]) == list(config.passes)
     assert originals(backend_cls) == before
+
+
+def test_without_the_in_place_pass_the_backend_applies_the_table():
+    config = new_registry(env={**CLEAN_ENV, "SHIMKIT_BLOCK_PLUGINS": "plugin_decompositions"}).backend_config("mps")
+    assert "plugin_decompositions" not in config.pass_names and config.decomposition_table
+    with registry_backend(MetalBackend, config):
+        assert MetalBackend.get_decomposition_table() == dict(config.decomposition_table)
