@@ -87,13 +87,14 @@ def measure(dtype_name: str, repeat: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=200, help="timed runs of each compiled program")
+    parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES, help="default: both")
     parser.add_argument("--child", nargs=2, metavar=("WAY", "DTYPE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(measure(args.child[1], args.repeat)))
         return
     results: dict = {}
-    for dtype in DTYPES:
+    for dtype in args.dtypes:
         for way, env in WAYS.items():
             child = subprocess.run([sys.executable, __file__, "--repeat", str(args.repeat), "--child", way, dtype],
                                    env={**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", **env},
@@ -102,11 +103,12 @@ def main() -> None:
                 print(f"{way} {dtype} failed ({child.returncode}):\n{child.stderr[-3000:]}", file=sys.stderr)
                 continue
             results[dtype, way] = json.loads(child.stdout.strip().splitlines()[-1])
+            print(f"{dtype} {way}: {results[dtype, way]}", flush=True)  # a run cut short keeps what it measured
     print(f"baddbmm {SHAPE} on CudaBackend, {args.repeat} runs each")
     print(f"{'dtype':9} {'way':11} {'lowering s':>10} {'run us':>9}  ops handed to Inductor")
     for (dtype, way), result in results.items():
         print(f"{dtype:9} {way:11} {result['lowering_s']:10.1f} {result['run_us']:9.1f}  {', '.join(result['ops'])}")
-    for dtype in DTYPES:
+    for dtype in args.dtypes:
         if (dtype, "kept") not in results or (dtype, "decomposed") not in results:
             continue
         kept, decomposed = results[dtype, "kept"], results[dtype, "decomposed"]
