@@ -129,7 +129,7 @@ def test_failing_decomposition_names_the_node_and_source_line():
 
 def test_registry_spelling_and_capabilities():
     
-    capabilities = backend_config("cuda").capabilities
+    capabilities = backend_config("mps").capabilities
     decompose = DecomposeInPlace.from_capabilities(capabilities)
     assert aten.baddbmm.default in decompose.table
     assert DecomposeInPlace({"aten::gelu": TABLE[aten.gelu.default]}).table.keys() == {aten.gelu.default}

@@ -109,11 +109,12 @@ def test_cuda_derives_executorchs_runtime_kernels_under_both_names():
     assert {"aoti_torch_cuda_sort_stable", "at::_ops::sort_stable::call"} <= set(config.fallback_kernels)
     assert config.provider_of("at::_ops::sort_stable::call").plugin == "cuda-runtime-kernels"
     assert not any(name.startswith("aoti_torch_mps_") for name in config.fallback_kernels)
-    # CudaBackend's Triton GEMM templates compile addmm: the addmm plugin's decomposition is for Metal only.
-    assert torch.ops.aten.addmm.default not in config.decomposition_table
-    assert config.capabilities.generates("aten::addmm") and not config.capabilities.has_shim("aten::addmm")
-    assert config.capabilities.keeps("aten::addmm") and not config.capabilities.keeps("aten::baddbmm")
-    assert torch.ops.aten.baddbmm.default in config.decomposition_table
+    # CudaBackend's Triton GEMM templates compile addmm and baddbmm: their decompositions are for Metal only.
+    for op in ("addmm", "baddbmm"):
+        assert getattr(torch.ops.aten, op).default not in config.decomposition_table
+        assert config.capabilities.generates(f"aten::{op}") and not config.capabilities.has_shim(f"aten::{op}")
+        assert config.capabilities.keeps(f"aten::{op}")
+    assert torch.ops.aten.baddbmm.default in new_registry(env=CLEAN_ENV).backend_config("mps").decomposition_table
 
 
 def test_unknown_device_is_rejected():
