@@ -79,6 +79,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                              "and plugins (default: $XDG_CACHE_HOME/shimkit/audit, else ~/.cache/shimkit/audit)")
     parser.add_argument("--no-cache", action="store_true",
                         help="audit every model afresh, reading and writing no cache")
+    parser.add_argument("--trust-pickle", action="store_true",
+                        help="let a .pt2 model unpickle what it holds (tensor subclasses, Python objects): "
+                             "unpickling runs any code the file names, so only for a file trusted like a .py")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--list-zoo", action="store_true", help="list the bundled zoo models and exit")
     return parser
@@ -120,6 +123,26 @@ def _quiet_libraries() -> Iterator[None]:
             for logger, level in zip(loggers, levels):
                 logger.setLevel(level)
 
+
+
+@contextlib.contextmanager
+def _pickle_trust(trusted: bool) -> Iterator[None]:
+    """``--trust-pickle`` for this run and the workers it forks or spawns (they read the environment),
+    restored afterwards: a caller running the audit in its own process keeps its environment."""
+    from shimkit.audit.loader import TRUST_PICKLE_ENV
+
+    if not trusted:
+        yield
+        return
+    before = os.environ.get(TRUST_PICKLE_ENV)
+    os.environ[TRUST_PICKLE_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(TRUST_PICKLE_ENV, None)
+        else:
+            os.environ[TRUST_PICKLE_ENV] = before
 
 def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     stdout = stdout or sys.stdout
@@ -172,7 +195,8 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
                                                                      or default_cache_dir())
     try:
         # What models and factories print goes to stderr: stdout carries the report alone.
-        with _quiet_libraries(), contextlib.redirect_stdout(stderr):
+        with _quiet_libraries(), _pickle_trust(getattr(args, "trust_pickle", False)), \
+                contextlib.redirect_stdout(stderr):
             def audit(plugins: bool) -> dict:
                 if jobs > 1 and len(specs) > 1:
                     models, interrupted = audit_in_workers(

@@ -8,6 +8,7 @@ wrong raises :class:`ModelLoadError` with a message that says what was expected.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import importlib.util
@@ -15,7 +16,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -96,13 +97,69 @@ def _load_file_factory(spec: str) -> LoadedModel:
     return _from_factory(spec, factory, spec)
 
 
+# Set (to 1) by ``shimkit audit --trust-pickle``, so that the workers it starts inherit it.
+TRUST_PICKLE_ENV = "SHIMKIT_TRUST_PICKLE"
+
+
+class UntrustedPickle(ModelLoadError):
+    """A ``.pt2`` entry that only unpickling could read, refused: unpickling runs whatever code it names."""
+
+
+@contextlib.contextmanager
+def _without_unpickling(spec: str) -> Iterator[None]:
+    """``torch.export.load`` with every way it unpickles refused: ``torch.load`` only with
+    ``weights_only=True`` (tensors and plain containers, no code), ``pickle.loads`` and TorchScript's object
+    unpickler not at all. Where an archive needs them (a tensor subclass weight, an opaque or script object
+    constant, example inputs only a full unpickle reads), the load stops with :class:`UntrustedPickle`."""
+    import pickle
+
+    from shimkit._patching import ScopedPatches
+
+    def refuse(what: str) -> UntrustedPickle:
+        return UntrustedPickle(
+            f"{spec}: the archive holds {what}, which only unpickling can read, and unpickling runs any "
+            f"code the file names; shimkit audit reads a .pt2 as data. If you trust this file as you would "
+            f"a .py model, pass --trust-pickle ({TRUST_PICKLE_ENV}=1)")
+
+    original_load = torch.load
+
+    def load(f: Any, *args: Any, weights_only: bool | None = None, **kwargs: Any) -> Any:
+        if weights_only is False:
+            raise refuse("an entry saved with torch.save that is not plain tensors")
+        return original_load(f, *args, weights_only=True, **kwargs)
+
+    def loads(*args: Any, **kwargs: Any) -> Any:
+        raise refuse("a pickled Python object")
+
+    def load_script_object(*args: Any, **kwargs: Any) -> Any:
+        raise refuse("a pickled TorchScript object")
+
+    patches = ScopedPatches()
+    try:
+        patches.replace(torch, "load", load)
+        patches.replace(pickle, "loads", loads)
+        patches.replace(torch._C, "_pickle_load_obj", load_script_object)
+        yield
+    finally:
+        patches.undo()
+
+
 def _load_exported(spec: str) -> LoadedModel:
+    import os
+
     path = Path(spec)
     if not path.is_file():
         raise ModelLoadError(f"{spec}: no such file")
+    trusted = os.environ.get(TRUST_PICKLE_ENV) == "1"
     try:
-        exported = torch.export.load(str(path))
+        with contextlib.nullcontext() if trusted else _without_unpickling(spec):
+            exported = torch.export.load(str(path))
+    except UntrustedPickle:
+        raise
     except Exception as error:
+        cause = error.__cause__ or error.__context__
+        if isinstance(cause, UntrustedPickle):  # torch wrapped the refusal
+            raise cause from None
         raise ModelLoadError(f"{spec}: not a loadable ExportedProgram ({type(error).__name__}: {error})") from error
     return LoadedModel(path.name, exported=exported)
 
