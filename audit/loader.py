@@ -63,13 +63,31 @@ def _from_factory(name: str, factory: Any, where: str) -> LoadedModel:
     return LoadedModel(name, model=model, example_inputs=tuple(example_inputs), dynamic_shapes=dynamic_shapes)
 
 
+def _readable_file(spec: str, path: Path) -> None:
+    """Raise :class:`ModelLoadError` naming ``path`` unless it is a regular file this process may read."""
+    import os
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise ModelLoadError(f"{spec}: no such file {str(path)!r}") from None
+    except OSError as error:  # a name longer than NAME_MAX, a component that is not a folder, a loop
+        raise ModelLoadError(f"{spec}: the path {str(path)!r} cannot be used: {error.strerror or error}") from None
+    if stat.S_ISDIR(mode):
+        raise ModelLoadError(f"{spec}: {str(path)!r} is a directory, not a file")
+    if not stat.S_ISREG(mode):  # a FIFO would block the read forever, a device read without end
+        raise ModelLoadError(f"{spec}: {str(path)!r} is not a regular file")
+    if not os.access(path, os.R_OK):
+        raise ModelLoadError(f"{spec}: {str(path)!r} cannot be read (permission denied)")
+
+
 def _load_file_factory(spec: str) -> LoadedModel:
     path_text, _, factory_name = spec.rpartition(":")
     path = Path(path_text)
     if not factory_name.isidentifier():
         raise ModelLoadError(f"{spec}: {factory_name!r} is not a Python identifier (expected file.py:factory)")
-    if not path.is_file():
-        raise ModelLoadError(f"{spec}: no such file {str(path)!r}")
+    _readable_file(spec, path)
     # A unique module name per path, so two files called model.py do not replace each other.
     digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
     module_name = f"shimkit_audit_user_{path.stem}_{digest}"
@@ -148,8 +166,7 @@ def _load_exported(spec: str) -> LoadedModel:
     import os
 
     path = Path(spec)
-    if not path.is_file():
-        raise ModelLoadError(f"{spec}: no such file")
+    _readable_file(spec, path)
     trusted = os.environ.get(TRUST_PICKLE_ENV) == "1"
     try:
         with contextlib.nullcontext() if trusted else _without_unpickling(spec):

@@ -1,5 +1,7 @@
 """MODEL arguments: zoo names, file.py:factory, .pt2 — and clear errors for every way to get one wrong."""
 
+import os
+
 import pytest
 import torch
 
@@ -83,3 +85,38 @@ def test_bad_pt2_is_reported(tmp_path):
         load_model(str(path))
     with pytest.raises(ModelLoadError, match="no such file"):
         load_model(str(tmp_path / "absent.pt2"))
+
+
+def _path_case(tmp_path, case):
+    if case == "missing":
+        return tmp_path / "missing.pt2", "no such file"
+    if case == "directory":
+        (tmp_path / "folder.pt2").mkdir()
+        return tmp_path / "folder.pt2", "is a directory"
+    if case == "too long":
+        return tmp_path / ("a" * 300 + ".pt2"), "cannot be used: File name too long"
+    if case == "fifo":
+        os.mkfifo(tmp_path / "pipe.pt2")
+        return tmp_path / "pipe.pt2", "is not a regular file"
+    if case == "not a folder":
+        (tmp_path / "plain").write_text("")
+        return tmp_path / "plain" / "model.py", "cannot be used: Not a directory"
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", ["missing", "directory", "too long", "fifo", "not a folder"])
+def test_every_path_the_os_refuses_is_exit_2_with_a_report_naming_it(tmp_path, case):
+    import argparse
+    import io
+    import json
+
+    from shimkit.audit.cli import configure_parser, run
+
+    path, expected = _path_case(tmp_path, case)
+    spec = f"{path}:model" if path.suffix == ".py" else str(path)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    code = run(configure_parser(argparse.ArgumentParser()).parse_args(["--quiet", "--json", "--no-cache", spec]),
+               stdout=stdout, stderr=stderr)
+    (model,) = json.loads(stdout.getvalue())["models"]
+    assert code == 2 and model["name"] == spec and model["failure"]["phase"] == "load", model
+    assert expected in model["failure"]["message"] and str(path) in model["failure"]["message"]
