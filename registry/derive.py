@@ -23,7 +23,7 @@ from shimkit.registry.errors import DecompositionDeclined, PluginConflictError
 if TYPE_CHECKING:  # the registry calls derive_backend_config with itself
     from shimkit.registry.manager import PluginRegistry, PluginSource, Registered
 from shimkit.registry.ops import canonical_op_name, try_resolve_op
-from shimkit.registry.records import DEVICES, Kernel, PassSpec, Shim
+from shimkit.registry.records import DEVICES, Kernel, OpPlugin, PassSpec, Shim
 
 
 @dataclass(frozen=True)
@@ -324,6 +324,31 @@ def declining_as_not_implemented(decomposition: Callable[..., Any]) -> Callable[
     return table_entry
 
 
+@functools.lru_cache(maxsize=None)
+def _loaded_namespaces() -> frozenset[str]:
+    return frozenset(name.split("::", 1)[0] for name in torch._C._dispatch_get_all_op_names())
+
+
+def _unresolved_ops(entry: Registered[OpPlugin], registry: PluginRegistry) -> frozenset[str]:
+    """The ops of ``entry`` that no loaded library defines, left out of everything derived.
+
+    An op of a library that is not loaded here (torchao's mps ops off macOS) cannot occur in a graph of
+    this process: left out quietly, so one cross-platform plugin works on both; so is a built-in's op that
+    this torch release does not define (the sdpa plugin names mps ops of several releases). An op a
+    third-party plugin names in a loaded library that does not define it (``aten::addmmm``) is reported by
+    plugin name (raised in strict mode) and that op of it is left out; the rest still works.
+    """
+    ops = {*entry.record.ops, *entry.record.decompositions, *(shim.op for shim in entry.record.shims)}
+    absent = frozenset(op for op in ops if try_resolve_op(op) is None)
+    for op in sorted(absent):
+        if entry.source.kind == "builtin" or op.split("::", 1)[0] not in _loaded_namespaces():
+            continue
+        registry.report_problem(entry.source, "op", f"op plugin {entry.name!r} declares {op}, which "
+                                                 f"{op.split('::', 1)[0]} does not define (a misspelt name, or an "
+                                                 f"op of another torch release); that op of it is left out")
+    return absent
+
+
 def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfig:
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r}; expected one of {DEVICES}")
@@ -338,12 +363,17 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
     declared_generated: set[str] = set()
     for entry in plugins:
         plugin = entry.record
+        absent = _unresolved_ops(entry, registry)
         for shim in plugin.shims_for(device):
-            shim_candidates.setdefault(shim.op, []).append(Provision(shim.op, plugin.name, entry.source, shim=shim))
+            if shim.op not in absent:
+                shim_candidates.setdefault(shim.op, []).append(
+                    Provision(shim.op, plugin.name, entry.source, shim=shim))
         if not plugin.decomposes_on(device):
-            generated.update(plugin.decompositions)
-        declared_generated.update(plugin.generated_ops_on(device))
+            generated.update(op for op in plugin.decompositions if op not in absent)
+        declared_generated.update(op for op in plugin.generated_ops_on(device) if op not in absent)
         for op, fn in plugin.decompositions.items() if plugin.decomposes_on(device) else ():
+            if op in absent:
+                continue
             decomposition_candidates.setdefault(op, []).append(
                 Provision(op, plugin.name, entry.source, decomposition=fn, pre_edge=op in plugin.pre_edge))
         for op, pass_name in plugin.eliminated_by.items():
@@ -404,7 +434,15 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
     built: dict[str, list[tuple[str, Any]]] = {"pre_edge": [], "graph": [], "post_grad": []}
     for pass_entry in _order_passes(pass_entries):
         spec = pass_entry.record
-        built[spec.stage].append((spec.name, spec.factory(capabilities)))
+        try:
+            built_pass = spec.factory(capabilities)
+        except Exception as error:
+            if pass_entry.source.kind == "builtin":
+                raise
+            registry.report_problem(pass_entry.source, "pass", f"pass {spec.name!r}: its factory raised "
+                                                               f"{type(error).__name__}: {error}; the pass is left out")
+            continue
+        built[spec.stage].append((spec.name, built_pass))
 
     sources = _runtime_sources(_shim(p).kernel for p in shims.values())
     # Only ops a plugin vouches for: an op whose decomposition is merely limited to other devices is left

@@ -328,6 +328,12 @@ class PluginRegistry:
         with self._lock:
             self._report(loser, "conflict", message)
 
+    def report_problem(self, source: PluginSource, stage: str, message: str) -> None:
+        """A plugin whose data or code fails while the backend is derived (an op that does not exist:
+        stage ``op``; a pass factory that raises: stage ``pass``): reported, or raised in strict mode."""
+        with self._lock:
+            self._report(source, stage, message)
+
     def backend_config(self, device: str):
         """Derive the backend configuration for ``device`` from the active plugins."""
         from shimkit.registry.derive import derive_backend_config

@@ -232,3 +232,61 @@ def test_a_failing_hook_is_reported_against_its_plugin_while_the_others_run():
     with pytest.warns(UserWarning, match="registered from code 'broken'.*pass hook exploded"):
         names = [e.name for e in registry.pass_specs()]
     assert "fine" in names and "view_copy_to_view" in names
+
+
+MISNAMED_OPS = """
+import torch
+from shimkit.registry import OpPlugin, hookimpl
+
+def _double(x):
+    return x + x
+
+@hookimpl
+def shimkit_op_plugins():
+    yield OpPlugin(name="misnamed", ops=("aten::addmmm", "aten::mul.Tensor", "torchao_mps_only::int4mm"),
+                   decompositions={"aten::addmmm": _double, "torchao_mps_only::int4mm": _double},
+                   generated_on={"aten::mul.Tensor": ("mps",)},
+                   doc="one misspelt aten op, one real op, one op of a library not loaded here")
+"""
+
+
+def test_an_op_that_does_not_exist_is_that_plugins_problem_and_the_rest_works(tmp_path, monkeypatch):
+    install_distribution(tmp_path, "misnamed-ops", {"misnamed-ops": "misnamed_ops"}, {"misnamed_ops": MISNAMED_OPS})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = new_registry(env={})
+    with pytest.warns(UserWarning, match="misnamed-ops"):
+        config = registry.backend_config("mps")
+    assert config.decomposition_table and "aten::mul.Tensor" in config.capabilities.generated
+    assert not any("addmmm" in str(op) or "int4mm" in str(op) for op in config.decomposition_table)
+    (problem,) = registry.problems
+    assert problem.stage == "op" and "misnamed-ops" in problem.describe()
+    # Only the misspelt aten op is a problem: the unloaded library's op is simply not available here.
+    assert "aten::addmmm.default" in problem.message and "int4mm" not in problem.message
+    strict = new_registry(env={"SHIMKIT_STRICT_PLUGINS": "1"})
+    with pytest.raises(PluginLoadError, match="misnamed-ops.*aten::addmmm"):
+        strict.backend_config("mps")
+
+
+RAISING_FACTORY = """
+from shimkit.registry import PassSpec, hookimpl
+
+def _factory(capabilities):
+    raise RuntimeError("no pass for you")
+
+@hookimpl
+def shimkit_passes():
+    yield PassSpec(name="raising_factory", factory=_factory, doc="its factory raises")
+"""
+
+
+def test_a_raising_pass_factory_is_that_plugins_problem_and_the_rest_works(tmp_path, monkeypatch):
+    install_distribution(tmp_path, "raising-pass", {"raising-pass": "raising_pass"}, {"raising_pass": RAISING_FACTORY})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = new_registry(env={})
+    with pytest.warns(UserWarning, match="raising-pass"):
+        config = registry.backend_config("mps")
+    assert "raising_factory" not in config.pass_names and "plugin_decompositions" in config.pass_names
+    (problem,) = registry.problems
+    assert problem.stage == "pass" and "RuntimeError: no pass for you" in problem.message
+    with pytest.raises(PluginLoadError, match="raising-pass.*no pass for you"):
+        new_registry(env={"SHIMKIT_STRICT_PLUGINS": "1"}).backend_config("mps")
