@@ -39,6 +39,8 @@ def grouped_conv1d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
         # Splitting a dynamic channel count into groups would guard on its value: only the sequence and
         # the batch may be dynamic (a model's channels never are).
         raise DecompositionDeclined("the channel counts and the tap count must be static")
+    if weight.shape[2] == 0:
+        raise DecompositionDeclined("a convolution without taps is ATen's to reject")
     (step,), (pad,), (spacing,) = stride, padding, dilation
     batch, _, length = input.shape
     out_channels, per_group, taps = weight.shape
@@ -48,15 +50,17 @@ def grouped_conv1d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     out_length = (length + 2 * pad - spacing * (taps - 1) - 1) // step + 1
     grouped = padded.reshape(batch, groups, per_group, length + 2 * pad)
     kernels = weight.to(accumulate).reshape(groups, out_channels // groups, per_group, taps)
-    total = None
-    for tap in range(taps):
+
+    def tap_term(tap: int) -> torch.Tensor:
         start = tap * spacing
         window = grouped[..., start:start + step * (out_length - 1) + 1:step]  # (batch, groups, per_group, L)
         if per_group == 1:  # depthwise: each output channel scales one input channel
-            term = window * kernels[None, :, :, 0, tap, None]
-        else:
-            term = torch.matmul(kernels[None, :, :, :, tap], window)  # (batch, groups, out/groups, L)
-        total = term if total is None else total + term
+            return window * kernels[None, :, :, 0, tap, None]
+        return torch.matmul(kernels[None, :, :, :, tap], window)  # (batch, groups, out/groups, L)
+
+    total = tap_term(0)
+    for tap in range(1, taps):
+        total = total + tap_term(tap)
     result = total.reshape(batch, out_channels, out_length)
     if bias is not None:
         result = result + bias.to(accumulate)[None, :, None]
