@@ -147,7 +147,7 @@ class PluginRegistry:
         for entry_point in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
             distribution = getattr(getattr(entry_point, "dist", None), "name", None)
             source = PluginSource("entry_point", entry_point.name, entry_point.value, distribution)
-            if entry_point.name in self.blocked_names:
+            if entry_point.name in self.blocked_names or distribution in self.blocked_names:
                 self._manager.set_blocked(entry_point.name)
                 self._sources[entry_point.name] = source
                 continue
@@ -320,7 +320,8 @@ class PluginRegistry:
         return [r for r in self._collect()[1] if include_blocked or not r.blocked]
 
     def blocked_sources(self) -> list[PluginSource]:
-        return [s for s in self._sources.values() if s.name in self.blocked_names]
+        return [s for s in self._sources.values()
+                if s.name in self.blocked_names or (s.distribution is not None and s.distribution in self.blocked_names)]
 
     def report_conflict(self, loser: PluginSource, message: str) -> None:
         """A plugin that lost a tie over an op or symbol it claims (see ``derive``): reported, or

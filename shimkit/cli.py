@@ -47,8 +47,13 @@ def plugins_report(registry) -> dict[str, Any]:
               for e in registry.pass_specs(include_blocked=True)]
     problems = [{"source": _source_json(p.source), "stage": p.stage, "message": p.message}
                 for p in registry.problems]
+    # Entry points blocked by their own or their distribution's name are never imported, so no record of
+    # theirs is above: each is listed here instead.
+    loaded = {id(e.source) for e in [*registry.op_plugins(include_blocked=True),
+                                     *registry.pass_specs(include_blocked=True)]}
+    blocked_sources = [_source_json(s) for s in registry.blocked_sources() if id(s) not in loaded]
     return {"schema_version": PLUGINS_SCHEMA_VERSION, "plugins": plugins, "passes": passes,
-            "problems": problems}
+            "blocked_sources": blocked_sources, "problems": problems}
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -78,6 +83,11 @@ def _print_plugins(report: dict[str, Any]) -> None:
         rows = [[p["name"], p["source"]["name"], p["stage"], ",".join(p["devices"] or ["all"]),
                  "blocked" if p["blocked"] else "active"] for p in report["passes"]]
         print(_table(rows, ["pass", "source", "stage", "devices", "status"]))
+    if report["blocked_sources"]:
+        print("\nblocked before loading (SHIMKIT_BLOCK_PLUGINS), not imported:")
+        for source in report["blocked_sources"]:
+            print(f"  {source['kind']} {source['name']!r} ({source['module']}"
+                  + (f", from {source['distribution']})" if source["distribution"] else ")"))
     if report["problems"]:
         print("\nplugins reported and skipped:")
         for problem in report["problems"]:

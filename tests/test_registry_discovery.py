@@ -46,14 +46,21 @@ def test_disable_autoload_skips_entry_points():
     assert "example-logaddexp" not in names(new_registry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"}))
 
 
-def test_block_entry_point_is_not_imported(tmp_path, monkeypatch):
+@pytest.mark.parametrize("blocked_name", ["blocked_ep", "blocked-dist"])
+def test_block_entry_point_is_not_imported_and_is_listed(tmp_path, monkeypatch, blocked_name):
+    from shimkit.cli import plugins_report
+
     install_distribution(tmp_path, "blocked-dist", {"blocked_ep": "blocked_mod"},
                          {"blocked_mod": "raise RuntimeError('must not be imported')"})
     monkeypatch.syspath_prepend(str(tmp_path))
-    registry = new_registry(env={"SHIMKIT_BLOCK_PLUGINS": "blocked_ep"})
+    registry = new_registry(env={"SHIMKIT_BLOCK_PLUGINS": blocked_name})
     assert "blocked_mod" not in sys.modules
     assert registry.problems == ()
     assert [s.name for s in registry.blocked_sources()] == ["blocked_ep"]
+    # By its entry point's name or its distribution's, it is listed as blocked, not left out of the listing.
+    (listed,) = plugins_report(registry)["blocked_sources"]
+    assert listed == {"kind": "entry_point", "name": "blocked_ep", "module": "blocked_mod",
+                      "distribution": "blocked-dist"}
 
 
 def test_block_builtin_module_and_op_plugin_names():
