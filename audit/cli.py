@@ -16,7 +16,7 @@ import os
 import sys
 import time
 import warnings
-from typing import Iterator, TextIO
+from typing import Any, Iterator, TextIO
 
 from shimkit.audit.exit_status import EXIT_INCOMPLETE
 
@@ -211,6 +211,8 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
                                          check_numerics=args.check_numerics, target=target))
 
             document = audit(not args.no_plugins)
+            if not args.no_plugins:
+                document["plugin_problems"] = _plugin_problems(target, stderr)
             if getattr(args, "report", None):
                 stock = document if args.no_plugins else audit(False)
                 with open(args.report, "w", encoding="utf-8") as handle:
@@ -219,6 +221,22 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
         stderr.write(f"shimkit audit: the plugin registry cannot be built: {error}\n")
         return EXIT_INCOMPLETE
     return _write(document, args.json, stdout)
+
+
+def _plugin_problems(target: Any, stderr: TextIO) -> list[dict[str, Any]]:
+    """The plugins reported and skipped while this audit's backend was derived (the library warnings the
+    audit keeps quiet), each as ``shimkit plugins --json`` lists it and as a line on stderr."""
+    from shimkit.backend import get_registry
+
+    registry = get_registry()
+    registry.backend_config(target.device)  # the problems found while deriving: unknown ops, pass factories
+    problems = []
+    for problem in registry.problems:
+        stderr.write(f"shimkit audit: plugin skipped: {problem.describe()}\n")
+        problems.append({"source": {"kind": problem.source.kind, "name": problem.source.name,
+                                    "module": problem.source.module, "distribution": problem.source.distribution},
+                         "stage": problem.stage, "message": problem.message})
+    return problems
 
 
 def coverage_table(audited: dict, stock: dict) -> str:

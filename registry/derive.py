@@ -329,24 +329,25 @@ def _loaded_namespaces() -> frozenset[str]:
     return frozenset(name.split("::", 1)[0] for name in torch._C._dispatch_get_all_op_names())
 
 
-def _unresolved_ops(entry: Registered[OpPlugin], registry: PluginRegistry) -> frozenset[str]:
-    """The ops of ``entry`` that no loaded library defines, left out of everything derived.
+def _unresolved_ops(entry: Registered[OpPlugin], registry: PluginRegistry) -> tuple[frozenset[str], frozenset[str]]:
+    """The ops of ``entry`` that no loaded library defines, and those of them that are misnamed.
 
-    An op of a library that is not loaded here (torchao's mps ops off macOS) cannot occur in a graph of
-    this process: left out quietly, so one cross-platform plugin works on both; so is a built-in's op that
-    this torch release does not define (the sdpa plugin names mps ops of several releases). An op a
-    third-party plugin names in a loaded library that does not define it (``aten::addmmm``) is reported by
-    plugin name (raised in strict mode) and that op of it is left out; the rest still works.
+    An absent op cannot be decomposed by a graph pass, so its decomposition is left out. An op of a
+    library that is not loaded here (torchao's mps ops off macOS) is otherwise quiet, so one cross-platform
+    plugin works on both; so is a built-in's op this torch release does not define (the sdpa plugin names
+    mps ops of several releases, whose kernel names Inductor still records). An op a third-party plugin
+    names in a loaded library that does not define it (``aten::addmmm``) is misnamed: reported by plugin
+    name (raised in strict mode) and left out altogether; the rest of the plugin still works.
     """
     ops = {*entry.record.ops, *entry.record.decompositions, *(shim.op for shim in entry.record.shims)}
     absent = frozenset(op for op in ops if try_resolve_op(op) is None)
-    for op in sorted(absent):
-        if entry.source.kind == "builtin" or op.split("::", 1)[0] not in _loaded_namespaces():
-            continue
+    misnamed = frozenset(op for op in absent
+                         if entry.source.kind != "builtin" and op.split("::", 1)[0] in _loaded_namespaces())
+    for op in sorted(misnamed):
         registry.report_problem(entry.source, "op", f"op plugin {entry.name!r} declares {op}, which "
                                                  f"{op.split('::', 1)[0]} does not define (a misspelt name, or an "
                                                  f"op of another torch release); that op of it is left out")
-    return absent
+    return absent, misnamed
 
 
 def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfig:
@@ -363,16 +364,18 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
     declared_generated: set[str] = set()
     for entry in plugins:
         plugin = entry.record
-        absent = _unresolved_ops(entry, registry)
+        absent, misnamed = _unresolved_ops(entry, registry)
         for shim in plugin.shims_for(device):
-            if shim.op not in absent:
+            # A kernel name is a string Inductor may record for an op this process cannot resolve (the
+            # sdpa plugin's mps ops of other releases): only a misnamed op's shim is left out.
+            if shim.op not in misnamed:
                 shim_candidates.setdefault(shim.op, []).append(
                     Provision(shim.op, plugin.name, entry.source, shim=shim))
         if not plugin.decomposes_on(device):
-            generated.update(op for op in plugin.decompositions if op not in absent)
-        declared_generated.update(op for op in plugin.generated_ops_on(device) if op not in absent)
+            generated.update(op for op in plugin.decompositions if op not in misnamed)
+        declared_generated.update(op for op in plugin.generated_ops_on(device) if op not in misnamed)
         for op, fn in plugin.decompositions.items() if plugin.decomposes_on(device) else ():
-            if op in absent:
+            if op in absent:  # a decomposition pass must resolve what it decomposes
                 continue
             decomposition_candidates.setdefault(op, []).append(
                 Provision(op, plugin.name, entry.source, decomposition=fn, pre_edge=op in plugin.pre_edge))
@@ -436,7 +439,7 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
         spec = pass_entry.record
         try:
             built_pass = spec.factory(capabilities)
-        except Exception as error:
+        except (Exception, SystemExit) as error:
             if pass_entry.source.kind == "builtin":
                 raise
             registry.report_problem(pass_entry.source, "pass", f"pass {spec.name!r}: its factory raised "

@@ -158,7 +158,7 @@ class PluginRegistry:
             started = time.perf_counter()
             try:
                 plugin = entry_point.load()
-            except Exception as error:  # a broken third-party import must not take shimkit down
+            except (Exception, SystemExit) as error:  # a broken third-party import must not take shimkit down
                 self._report(source, "import", error)
                 continue
             seconds = time.perf_counter() - started
@@ -211,7 +211,7 @@ class PluginRegistry:
             try:
                 produced = function()
                 records = list(produced) if produced is not None else []
-            except Exception as error:
+            except (Exception, SystemExit) as error:  # sys.exit() in a hook ends that hook, not shimkit
                 self._report(source, "hook", error)
                 return None
             bad = sorted({type(r).__name__ for r in records if not isinstance(r, record_type)})
@@ -228,7 +228,7 @@ class PluginRegistry:
     def _register(self, plugin: Any, name: str, source: PluginSource) -> None:
         try:
             self._add(plugin, name, source)
-        except Exception as error:
+        except (Exception, SystemExit) as error:
             self._report(source, "import", error)
             return
         self._sources[name] = source

@@ -182,3 +182,51 @@ def test_ctrl_c_mid_audit_exits_130_with_a_valid_report_of_what_ran():
     statuses = [m["status"] for m in document["models"]]
     assert 2 <= len(statuses) < 9 and statuses[:2] == ["clean", "clean"]
     assert set(statuses[2:]) <= {"clean", "interrupted"}
+
+
+EXITING_PLUGINS = {
+    "exits_at_import": "import sys\nsys.exit(0)\n",
+    "exits_in_op_hook": """
+import sys
+from shimkit.registry import hookimpl
+@hookimpl
+def shimkit_op_plugins():
+    sys.exit(0)
+""",
+    "exits_in_pass_hook": """
+import sys
+from shimkit.registry import hookimpl
+@hookimpl
+def shimkit_passes():
+    sys.exit(0)
+""",
+    "exits_in_pass_factory": """
+import sys
+from shimkit.registry import PassSpec, hookimpl
+@hookimpl
+def shimkit_passes():
+    yield PassSpec(name="exits_when_built", factory=lambda capabilities: sys.exit(0), doc="exits")
+""",
+}
+
+
+def test_a_plugin_calling_sys_exit_never_ends_a_command_with_status_0(tmp_path):
+    """sys.exit(0) at import, in either hook and in a pass factory: every command still prints its whole
+    output, reports each plugin by name and exits as it would without them."""
+    entry_points = {name.replace("_", "-"): name for name in EXITING_PLUGINS}
+    install_distribution(tmp_path, "exiting-plugins", entry_points, EXITING_PLUGINS)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    commands = {"plugins --json": ["plugins", "--json"], "plugins": ["plugins"], "config mps": ["config", "mps"],
+                "config cuda --cmake": ["config", "cuda", "--cmake"],
+                "audit --json": ["audit", "--json", "--quiet", "--no-cache", "cumsum"]}
+    for label, argv in commands.items():
+        done = subprocess.run([SHIMKIT, *argv], capture_output=True, text=True, timeout=600, env=env)
+        assert done.returncode == 0 and done.stdout.strip(), (label, done.returncode, done.stderr[-2000:])
+        if label == "plugins --json":
+            problems = {p["source"]["name"]: p for p in json.loads(done.stdout)["problems"]}
+            assert set(problems) >= {"exits-at-import", "exits-in-op-hook", "exits-in-pass-hook"}
+            assert all("SystemExit: 0" in p["message"] for p in problems.values())
+        if label == "audit --json":
+            assert json.loads(done.stdout)["models"][0]["status"] == "clean"
+        for name in ("exits-at-import", "exits-in-op-hook", "exits-in-pass-hook"):
+            assert name in done.stderr, (label, name)
