@@ -36,7 +36,7 @@ from torch.utils import _pytree as pytree
 from shimkit.passes.base import PROVENANCE_META, PassContext, PassError, ShimkitPass, describe_node
 from shimkit.passes.meta import argument_key, guards_since, shape_env_of
 from shimkit.passes.ops import aten_op, edge_op, is_edge, is_getitem
-from shimkit.registry.errors import DecompositionDeclined
+from shimkit.registry.errors import DecompositionDeclined, declining_as_not_implemented
 
 
 
@@ -110,16 +110,36 @@ class DecomposeInPlace(ShimkitPass):
 
     ``table`` maps ops (``OpOverload``, edge op or ``"ns::name.overload"``) to decompositions called
     like the op. Results match ``ExportedProgram.run_decompositions(table)``; the graph keeps its
-    dialect (an edge-dialect node is replaced by edge-dialect ops).
+    dialect (an edge-dialect node is replaced by edge-dialect ops). ``fallback`` is a second table,
+    consulted for an op ``table`` lacks or whose decomposition declines the node: the backend's own
+    table, so that what no plugin decomposes is decomposed as the backend would have (its retrace
+    avoided). See :meth:`with_fallback`.
     """
 
     name = "plugin_decompositions"
 
-    def __init__(self, table: Mapping[Any, Callable[..., Any]], *, name: str | None = None) -> None:
+    def __init__(self, table: Mapping[Any, Callable[..., Any]], *, name: str | None = None,
+                 fallback: Mapping[Any, Callable[..., Any]] | None = None) -> None:
         self.table = {_op_key(op): fn for op, fn in table.items()}
+        self.fallback = {_op_key(op): fn for op, fn in (fallback or {}).items()}
         if name is not None:
             self.name = name  # type: ignore[misc]
         self._templates: dict[Any, _Template] = {}
+
+    def with_fallback(self, fallback: Mapping[Any, Callable[..., Any]]) -> "DecomposeInPlace":
+        """This pass, with ``fallback`` tried after its own table.
+
+        >>> import torch
+        >>> from torch._inductor.decomposition import conv1d_to_conv2d
+        >>> conv1d = torch.ops.aten.conv1d.default
+        >>> plugins = DecomposeInPlace({})
+        >>> conv1d in plugins.with_fallback({conv1d: conv1d_to_conv2d}).fallback
+        True
+        """
+        return DecomposeInPlace(self.table, name=self.name, fallback={**self.fallback, **fallback})
+
+    def _candidates(self, op: torch._ops.OpOverload) -> list[Callable[..., Any]]:
+        return [fn for fn in (self.table.get(op), self.fallback.get(op)) if fn is not None]
 
     @classmethod
     def from_capabilities(cls, capabilities: Any, **kwargs: Any) -> "DecomposeInPlace":
@@ -132,9 +152,10 @@ class DecomposeInPlace(ShimkitPass):
         return cls(table, **kwargs)
 
     def transform(self, graph: fx.Graph, context: PassContext) -> bool:
-        if not self.table:
+        if not self.table and not self.fallback:
             return False
-        targets = [n for n in graph.nodes if n.op == "call_function" and aten_op(n.target) in self.table
+        targets = [n for n in graph.nodes if n.op == "call_function"
+                   and (aten_op(n.target) in self.table or aten_op(n.target) in self.fallback)
                    and DECLINED_META not in n.meta]
         return sum(self.decompose(graph, node) for node in targets) > 0
 
@@ -156,10 +177,16 @@ class DecomposeInPlace(ShimkitPass):
                 raise PassError(self.pass_name, node, f"input {source.name} has no meta['val'] to trace the "
                                 f"decomposition of {op} on (propagate fake values first, e.g. with "
                                 f"torch.fx.passes.fake_tensor_prop.FakeTensorProp)")
-        try:
-            template = self._template(graph, node, op, leaves, spec, slots, inputs)
-        except DecompositionDeclined as declined:
-            assert op is not None  # targets are the table's ops
+        assert op is not None  # targets are the tables' ops
+        declined: DecompositionDeclined | None = None
+        for decomposition in self._candidates(op):
+            try:
+                template = self._template(graph, node, op, decomposition, leaves, spec, slots, inputs)
+                break
+            except DecompositionDeclined as reason:
+                declined = reason
+        else:
+            assert declined is not None
             node.meta[DECLINED_META] = declined.reason
             collected = _declines.get()
             if collected is not None:
@@ -168,19 +195,19 @@ class DecomposeInPlace(ShimkitPass):
         self._splice(graph, node, template, inputs)
         return True
 
-    def _template(self, graph: fx.Graph, node: fx.Node, op: torch._ops.OpOverload, leaves: list, spec: Any,
-                  slots: list[int | None], inputs: list[fx.Node]) -> _Template:
+    def _template(self, graph: fx.Graph, node: fx.Node, op: torch._ops.OpOverload,
+                  decomposition: Callable[..., Any], leaves: list, spec: Any, slots: list[int | None],
+                  inputs: list[fx.Node]) -> _Template:
         values = [n.meta["val"] for n in inputs]
         constants = [None if slot is not None else leaf for leaf, slot in zip(leaves, slots)]
         edge = is_edge(node.target)
         try:
-            key = (op, edge, spec, tuple(slots), argument_key(constants), argument_key(values))
+            key = (op, decomposition, edge, spec, tuple(slots), argument_key(constants), argument_key(values))
             hash(key)
         except TypeError:  # symbolic sizes: trace for this node alone
             key = None
         if key is not None and key in self._templates:
             return self._templates[key]
-        decomposition = self.table[op]
 
         def call_decomposition(*tensors: Any) -> Any:
             flat = [tensors[slot] if slot is not None else constant for slot, constant in zip(slots, constants)]
@@ -205,8 +232,9 @@ class DecomposeInPlace(ShimkitPass):
         guards_before = len(shape_env.guards) if shape_env is not None else 0
         try:
             # The table's other decompositions stay active: one that calls an op another plugin decomposes
-            # (an ATen composite reaching cumsum, say) is spliced in without that op.
-            others = {other: fn for other, fn in self.table.items() if other != op}
+            # (an ATen composite reaching cumsum, say) is spliced in without that op, unless that plugin
+            # declines the call (upstream's conv1d-as-conv2d reaching the grouped-conv1d plugin).
+            others = {other: declining_as_not_implemented(fn) for other, fn in self.table.items() if other != op}
             with own_mode if own_mode is not None else contextlib.nullcontext():
                 traced = make_fx(call_decomposition, decomposition_table=others,
                                  tracing_mode="real" if own_mode is not None else mode)(*values)

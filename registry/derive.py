@@ -19,7 +19,7 @@ import torch
 from shimkit._ordering import OrderingCycle, prerequisites_of, stable_order
 from shimkit.csrc import get_include
 from shimkit.csrc.build import MSL_ADAPTER, sdk_sources
-from shimkit.registry.errors import DecompositionDeclined, PluginConflictError
+from shimkit.registry.errors import PluginConflictError, declining_as_not_implemented
 if TYPE_CHECKING:  # the registry calls derive_backend_config with itself
     from shimkit.registry.manager import PluginRegistry, PluginSource, Registered
 from shimkit.registry.ops import canonical_op_name, try_resolve_op
@@ -308,20 +308,6 @@ def _order_passes(specs: list[Registered[PassSpec]]) -> list[Registered[PassSpec
     except OrderingCycle as cycle:
         raise PluginConflictError(str(cycle)) from None
     return [by_name[name] for name in names]
-
-
-def declining_as_not_implemented(decomposition: Callable[..., Any]) -> Callable[..., Any]:
-    """``decomposition`` for torch's decomposition tables: where it raises
-    :class:`DecompositionDeclined` it returns ``NotImplemented``, which tells ``make_fx`` and
-    ``run_decompositions`` to keep the op instead of failing the trace."""
-    @functools.wraps(decomposition)
-    def table_entry(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return decomposition(*args, **kwargs)
-        except DecompositionDeclined:
-            return NotImplemented
-
-    return table_entry
 
 
 @functools.lru_cache(maxsize=None)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any, Callable
+
 
 class ShimkitPluginError(Exception):
     """Base class for plugin problems."""
@@ -31,3 +34,17 @@ class DecompositionDeclined(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def declining_as_not_implemented(decomposition: Callable[..., Any]) -> Callable[..., Any]:
+    """``decomposition`` for torch's decomposition tables: where it raises
+    :class:`DecompositionDeclined` it returns ``NotImplemented``, which tells ``make_fx`` and
+    ``run_decompositions`` to keep the op instead of failing the trace."""
+    @functools.wraps(decomposition)
+    def table_entry(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return decomposition(*args, **kwargs)
+        except DecompositionDeclined:
+            return NotImplemented
+
+    return table_entry

@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 from shimkit._patching import ScopedPatches, importable_torchao_mps_cshim
 from shimkit.backend import backend_config, inductor_options
+from shimkit.passes import DecomposeInPlace
 from shimkit.registry import BackendConfig
 
 # The graph pass that applies the registry's decomposition table in place (plugins/core_passes.py).
@@ -42,22 +43,29 @@ def device_of(backend_cls: Any) -> str:
 
 def _replacements(backend_cls: Any, config: BackendConfig) -> dict[str, Any]:
     original_options = backend_cls.get_aoti_compile_options
+    # The backend's own table (CudaBackend: conv1d as conv2d, which its Triton templates need) stays in
+    # force under the plugins' entries: installing shimkit must never lose a decomposition stock applies.
+    backend_table = dict(backend_cls.get_decomposition_table())
+    in_place = IN_PLACE_DECOMPOSITIONS in config.pass_names
 
     def get_supported_fallback_kernels(cls):
         return dict(config.fallback_kernels)
 
     def get_decomposition_table(cls):
-        # plugin_decompositions has applied the table in place, and what it left a decomposition declined.
-        # Handed on, the table would only make AotiBackend retrace the whole program (run_decompositions
+        # plugin_decompositions applies both tables in place, and what it left every decomposition declined.
+        # Handed on, a table would only make AotiBackend retrace the whole program (run_decompositions
         # runs whenever a table op occurs), and the retrace writes each reshape whose input looks viewable
         # as a view: on the H100 the conformer's attention output was not viewable in the layout Inductor
-        # gives it (docs/cuda.md). Without the pass, the table is the backend's to apply.
-        if IN_PLACE_DECOMPOSITIONS in config.pass_names:
+        # gives it (docs/cuda.md). Without the pass, the tables are the backend's to apply.
+        if in_place:
             return {}
-        return dict(config.decomposition_table)
+        return {**backend_table, **config.decomposition_table}
 
     def get_custom_passes(cls, compile_specs):
-        return list(config.passes)
+        return [graph_pass.with_fallback(backend_table)
+                if backend_table and name == IN_PLACE_DECOMPOSITIONS and isinstance(graph_pass, DecomposeInPlace)
+                else graph_pass
+                for name, graph_pass in zip(config.pass_names, config.passes)]
 
     def get_aoti_compile_options(cls, compile_specs):
         patches = ScopedPatches()

@@ -69,7 +69,7 @@ def test_a_declined_decomposition_becomes_notimplemented_in_the_backend_table():
     def declining(*args, **kwargs):
         raise DecompositionDeclined("not here")
 
-    from shimkit.registry.derive import declining_as_not_implemented
+    from shimkit.registry.errors import declining_as_not_implemented
     assert declining_as_not_implemented(declining)(torch.ones(2), 0) is NotImplemented
     torch.testing.assert_close(entry(torch.arange(5.0), 0), torch.cumsum(torch.arange(5.0), 0))
 

@@ -115,3 +115,60 @@ def test_without_the_in_place_pass_the_backend_applies_the_table():
     assert "plugin_decompositions" not in config.pass_names and config.decomposition_table
     with registry_backend(MetalBackend, config):
         assert MetalBackend.get_decomposition_table() == dict(config.decomposition_table)
+
+
+class CudaWithOwnTable(CudaLikeBackend):
+    """CudaBackend's own table: conv1d as conv2d, for its Triton convolution templates."""
+
+    @classmethod
+    def get_decomposition_table(cls):
+        from torch._inductor.decomposition import conv1d_to_conv2d
+
+        return {torch.ops.aten.conv1d.default: conv1d_to_conv2d}
+
+
+class TwoConvolutions(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pointwise = torch.nn.Conv1d(8, 8, 1)
+        self.depthwise = torch.nn.Conv1d(8, 8, 3, padding=1, groups=8)
+
+    def forward(self, x):
+        return self.depthwise(self.pointwise(x))
+
+
+def conv1d_program():
+    return torch.export.export(TwoConvolutions().eval(), (torch.randn(2, 8, 16),))
+
+
+def call_targets(graph_module):
+    return {str(node.target) for node in graph_module.graph.nodes if node.op == "call_function"}
+
+
+def test_the_backends_own_decompositions_apply_to_what_no_plugin_takes():
+    program = conv1d_program()
+    expected = program.module()(torch.ones(2, 8, 16))
+    assert "aten.conv1d.default" in call_targets(program.graph_module)
+    with use_registry(env=CLEAN_ENV), registry_backend(CudaWithOwnTable) as config:
+        # Both tables are applied in place: none is left for AotiBackend to retrace the program with.
+        assert CudaWithOwnTable.get_decomposition_table() == {}
+        (in_place,) = [p for name, p in zip(config.pass_names, CudaWithOwnTable.get_custom_passes([]))
+                       if name == "plugin_decompositions"]
+        in_place(program.graph_module)
+    targets = call_targets(program.graph_module)
+    # The grouped-conv1d plugin writes out the depthwise one and declines the pointwise one, which
+    # upstream's conv1d_to_conv2d then takes, as stock CudaBackend would: one 2-D convolution is left.
+    assert "aten.conv1d.default" not in targets and "aten.mul.Tensor" in targets
+    (convolution,) = [n for n in program.graph_module.graph.nodes
+                      if n.target is torch.ops.aten.convolution.default]
+    assert convolution.args[1].meta["val"].shape == (8, 8, 1, 1) and convolution.args[8] == 1
+    torch.testing.assert_close(program.module()(torch.ones(2, 8, 16)), expected)
+
+
+def test_without_the_in_place_pass_the_backend_keeps_its_own_table():
+    config = new_registry(env={**CLEAN_ENV, "SHIMKIT_BLOCK_PLUGINS": "plugin_decompositions"}).backend_config("cuda")
+    with registry_backend(CudaWithOwnTable, config):
+        table = CudaWithOwnTable.get_decomposition_table()
+    # The plugin's entry wins for conv1d (it declines the ungrouped ones); upstream's are all kept otherwise.
+    assert table == {**CudaWithOwnTable.get_decomposition_table(), **config.decomposition_table}
+    assert torch.ops.aten.conv1d.default in table

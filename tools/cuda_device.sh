@@ -11,6 +11,7 @@
 #                                       Triton), its table in OUT
 #
 # The machine's own torch, triton and CUDA are used as they are: nothing here replaces them (--no-deps).
+# CUDA_REUSE_SITE=1 keeps the install a previous subcommand made from the same checkout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -33,11 +34,18 @@ fetch() {
 
 install() {
   ls "$WHEELS"/*.whl >/dev/null 2>&1 || { echo "no wheels in $WHEELS: run 'tools/cuda_device.sh fetch' first" >&2; exit 2; }
-  rm -rf "$SITE" && mkdir -p "$SITE"
-  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl
-  # shimkit itself, its extension built against the machine's torch and pybind11.
-  PYTHONPATH=$SITE "$PYTHON" -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
-    --target "$SITE" "$ROOT"
+  # One install serves several subcommands in a row (CUDA_REUSE_SITE=1) when it was made from this
+  # very checkout; anything else installs afresh.
+  local stamp
+  stamp=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)-$(git -C "$ROOT" status --porcelain 2>/dev/null | md5sum | cut -c1-12)
+  if [[ ${CUDA_REUSE_SITE:-0} != 1 || ! -f $SITE/.shimkit-stamp || $(cat "$SITE/.shimkit-stamp") != "$stamp" ]]; then
+    rm -rf "$SITE" && mkdir -p "$SITE"
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl
+    # shimkit itself, its extension built against the machine's torch and pybind11.
+    PYTHONPATH=$SITE "$PYTHON" -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
+      --target "$SITE" "$ROOT"
+    echo "$stamp" > "$SITE/.shimkit-stamp"
+  fi
   export PYTHONPATH=$SITE
   # The machine's torch is not a release CI tests; this path is the one exception (docs/cuda.md).
   export SHIMKIT_SKIP_VERSION_CHECK=1
