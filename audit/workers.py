@@ -4,7 +4,9 @@
 
 Workers are forked from the caller, as torch's DataLoader forks its workers, so that none pays the seconds
 of importing torch, ExecuTorch and Inductor again (``start_method="spawn"`` starts fresh interpreters, for
-work a fork cannot carry, such as a CUDA context). Each worker takes one task at a time over a pipe, under
+work a fork cannot carry, such as a CUDA context). A caller that has initialised CUDA always gets spawned
+workers: a forked child of it fails at its first CUDA call, and ``torch.export`` makes one on any machine
+with a GPU, also for a Metal audit (dynamo saves every device's RNG state around a trace). Each worker takes one task at a time over a pipe, under
 an alarm of ``timeout`` seconds. What can go wrong with a task is that task's result, through the caller's
 ``on_failure``, and the other tasks go on:
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -79,6 +82,8 @@ def run_tasks(function: Callable[[Task], Result], tasks: Sequence[Task], *, jobs
     results: dict[int, Result] = {}
     waiting: deque[int] = deque(range(total))
     workers: list[_Worker] = []
+    if start_method == "fork" and _cuda_initialized():
+        start_method = "spawn"
     context = multiprocessing.get_context(start_method)
     reported = 0
     waited_for = -1  # the task whose result the run is waiting for, once its announcement is made
@@ -120,6 +125,11 @@ def run_tasks(function: Callable[[Task], Result], tasks: Sequence[Task], *, jobs
         for worker in workers:
             worker.stop()
     return [results[i] for i in range(total)], False
+
+
+def _cuda_initialized() -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_initialized()
 
 
 def _ready(workers: list[_Worker], timeout: float | None) -> list[_Worker]:

@@ -4,7 +4,8 @@ Triton templates, for ExecuTorch's ``CudaBackend``.
     python benchmarks/bench_cuda_gemm.py [--repeat 200]      (tools/cuda_device.sh sets the paths up)
 
 For each way and dtype a fresh interpreter lowers an attention-score ``baddbmm`` (16 x 512 x 64 @ 64 x 512
-plus a broadcast bias) with shimkit's ``CudaBackend`` (``SHIMKIT_BLOCK_PLUGINS=baddbmm`` keeps the op),
+plus a broadcast bias) with shimkit's ``CudaBackend``: as shimkit ships it (the ``baddbmm`` plugin decomposes
+for mps only, so CUDA keeps the op), and with the plugin's decomposition registered for CUDA too,
 timing ``to_edge_transform_and_lower`` (Inductor's autotuning included, caches off); then compiles the
 very program the backend handed to Inductor, with the backend's own autotuning options, through
 ``aoti_compile_and_package`` and times ``--repeat`` runs with CUDA events after a warm-up. Reported per
@@ -19,14 +20,35 @@ import os
 import subprocess
 import sys
 
-WAYS = {"decomposed": {}, "kept": {"SHIMKIT_BLOCK_PLUGINS": "baddbmm"}}
+WAYS = ("decomposed", "kept")
 DTYPES = ("float32", "bfloat16")
 SHAPE = dict(batch=16, rows=512, inner=64, columns=512)
 # The options of CudaBackend's that decide the code Inductor writes for a GEMM.
 AUTOTUNING = ("max_autotune", "max_autotune_gemm_backends", "max_autotune_conv_backends", "coordinate_descent_tuning")
 
 
-def measure(dtype_name: str, repeat: int) -> dict:
+def registry_for(way: str):
+    """The registry of a way: as shipped (``kept``), or with the built-in ``baddbmm`` plugin's decomposition
+    registered for CUDA as well (``decomposed``)."""
+    from shimkit.backend import new_registry
+    from shimkit.plugins.baddbmm import BADDBMM, baddbmm_decomposition
+    from shimkit.registry import OpPlugin, hookimpl
+
+    if way == "kept":
+        return new_registry()
+
+    class BaddbmmOnCuda:
+        @hookimpl
+        def shimkit_op_plugins(self):
+            yield OpPlugin(name="baddbmm-on-cuda", ops=(BADDBMM,), decompositions={BADDBMM: baddbmm_decomposition},
+                           decomposition_devices=("mps", "cuda"), doc="baddbmm as bmm plus a scaled add, on CUDA too.")
+
+    registry = new_registry({**os.environ, "SHIMKIT_BLOCK_PLUGINS": "baddbmm"})
+    registry.register(BaddbmmOnCuda(), name="baddbmm-on-cuda")
+    return registry
+
+
+def measure(way: str, dtype_name: str, repeat: int) -> dict:
     import time
 
     import torch
@@ -36,7 +58,6 @@ def measure(dtype_name: str, repeat: int) -> dict:
     from executorch.exir import to_edge_transform_and_lower
     from torch._inductor import aoti_compile_and_package, aoti_load_package
 
-    from shimkit.backend import backend_config
     from shimkit.integration import registry_backend
 
     class AttentionScores(torch.nn.Module):
@@ -49,7 +70,7 @@ def measure(dtype_name: str, repeat: int) -> dict:
     inputs = tuple(torch.randn(*shape, generator=generator).to("cuda", dtype)
                    for shape in ((n, m), (b, n, k), (b, k, m)))
     exported = torch.export.export(AttentionScores(), inputs)
-    config = backend_config("cuda")
+    config = registry_for(way).backend_config("cuda")
     handed: list = []
     original = inductor.aot_compile
 
@@ -68,7 +89,8 @@ def measure(dtype_name: str, repeat: int) -> dict:
     finally:
         inductor.aot_compile = original
     (module, options), = handed
-    ops = sorted({str(node.target) for node in module.graph.nodes if node.op == "call_function"})
+    ops = sorted({getattr(node.target, "__name__", str(node.target)) for node in module.graph.nodes
+                  if node.op == "call_function"})
     package = aoti_compile_and_package(torch.export.export(module, inputs, strict=False),
                                        inductor_configs={k: v for k, v in options.items() if k in AUTOTUNING})
     run = aoti_load_package(package)
@@ -91,13 +113,13 @@ def main() -> None:
     parser.add_argument("--child", nargs=2, metavar=("WAY", "DTYPE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(args.child[1], args.repeat)))
+        print(json.dumps(measure(*args.child, args.repeat)))
         return
     results: dict = {}
     for dtype in args.dtypes:
-        for way, env in WAYS.items():
+        for way in WAYS:
             child = subprocess.run([sys.executable, __file__, "--repeat", str(args.repeat), "--child", way, dtype],
-                                   env={**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", **env},
+                                   env={**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"},
                                    capture_output=True, text=True)
             if child.returncode != 0:
                 print(f"{way} {dtype} failed ({child.returncode}):\n{child.stderr[-3000:]}", file=sys.stderr)

@@ -61,6 +61,27 @@ def test_workers_are_forked_reused_and_retired():
     assert results[0].split(":")[1] != results[2].split(":")[1]
 
 
+FORKED_FROM_THE_TEST = []
+
+
+def forked(task: str) -> bool:
+    return FORKED_FROM_THE_TEST == [task]
+
+
+def test_a_caller_with_a_cuda_context_gets_fresh_workers(monkeypatch):
+    # A forked child of a process with a CUDA context fails at its first CUDA call (torch.export makes one
+    # on a GPU machine, a Metal audit too): such a caller's workers start afresh and see none of its state.
+    import torch
+
+    FORKED_FROM_THE_TEST[:] = ["a"]
+    try:
+        assert run_tasks(forked, ["a"], jobs=1, on_failure=as_failure) == ([True], False)
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+        assert run_tasks(forked, ["a"], jobs=1, on_failure=as_failure) == ([False], False)
+    finally:
+        FORKED_FROM_THE_TEST.clear()
+
+
 def test_progress_announces_and_reports_each_task_in_order():
     seen = []
     run_tasks(behave, ["a", "raise", "b"], jobs=2, on_failure=as_failure,
