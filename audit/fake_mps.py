@@ -457,6 +457,9 @@ def fake_mps_lowering(backend_cls: Any | None = None) -> Iterator[FakeMpsSession
         # Answering as a Mac also enables Inductor's mps-only decisions.
         patches.replace(torch.backends.mps, "is_available", lambda: True)
         patches.replace(torch.mps, "is_available", lambda: True)
+        # A Mac has no CUDA. On a machine with a GPU, Inductor would find two GPU types (get_gpu_type asserts
+        # one) and dynamo would save CUDA's RNG state around each trace (which fails in a forked worker).
+        patches.replace(torch.cuda, "is_available", lambda: False)
         # Inductor caches the GPU it found (functools.cache): an earlier torch.compile in this process
         # found none and cached "cuda", which would make the mps wrapper claim a cuda model. Asked
         # afresh inside the scope, and forgotten again on exit.

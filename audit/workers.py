@@ -4,9 +4,10 @@
 
 Workers are forked from the caller, as torch's DataLoader forks its workers, so that none pays the seconds
 of importing torch, ExecuTorch and Inductor again (``start_method="spawn"`` starts fresh interpreters, for
-work a fork cannot carry, such as a CUDA context). A caller that has initialised CUDA always gets spawned
-workers: a forked child of it fails at its first CUDA call, and ``torch.export`` makes one on any machine
-with a GPU, also for a Metal audit (dynamo saves every device's RNG state around a trace). Each worker takes one task at a time over a pipe, under
+work a fork cannot carry, such as a CUDA context). On a machine with a CUDA GPU workers are always spawned:
+once the caller has asked CUDA anything (``torch.cuda.is_available()`` is enough, and ``torch.export``
+asks it) a forked child fails at its first CUDA call, which ``torch.export`` makes there (dynamo saves
+every device's RNG state around a trace). Each worker takes one task at a time over a pipe, under
 an alarm of ``timeout`` seconds. What can go wrong with a task is that task's result, through the caller's
 ``on_failure``, and the other tasks go on:
 
@@ -82,7 +83,7 @@ def run_tasks(function: Callable[[Task], Result], tasks: Sequence[Task], *, jobs
     results: dict[int, Result] = {}
     waiting: deque[int] = deque(range(total))
     workers: list[_Worker] = []
-    if start_method == "fork" and _cuda_initialized():
+    if start_method == "fork" and _has_cuda_gpu():
         start_method = "spawn"
     context = multiprocessing.get_context(start_method)
     reported = 0
@@ -127,9 +128,9 @@ def run_tasks(function: Callable[[Task], Result], tasks: Sequence[Task], *, jobs
     return [results[i] for i in range(total)], False
 
 
-def _cuda_initialized() -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and torch.cuda.is_initialized()
+def _has_cuda_gpu() -> bool:
+    torch = sys.modules.get("torch")  # a caller without torch has no CUDA state to pass on
+    return torch is not None and torch.backends.cuda.is_built() and torch.cuda.is_available()
 
 
 def _ready(workers: list[_Worker], timeout: float | None) -> list[_Worker]:

@@ -58,6 +58,10 @@ class Dispatch(ctypes.Structure):
 
 _lock = threading.Lock()
 _compiled: dict[tuple[str, bool, bool, tuple[str, ...] | None], tuple[ctypes.CDLL, Translation]] = {}
+# Part of every library's cache key. Format 1 shared one source file name between concurrent builds, so a
+# build could compile another's half-written source into a library without kernels (seen with 12 test
+# workers); its cached libraries are never loaded again.
+CACHE_FORMAT = "2"
 
 
 @functools.lru_cache(maxsize=None)
@@ -92,18 +96,24 @@ def compile_library(source: str, *, sanitize: bool | None = None, ucontext_fiber
         cpp = f'#include "metal_stdlib"\n{translation.cpp_for(subset)}'
         flags = (list(FLAGS) + (list(SANITIZER_FLAGS) if sanitize else [])
                  + (["-DSHIMKIT_METAL_UCONTEXT"] if ucontext_fibers else []))
-        digest = hashlib.sha256("\0".join([*compiler, *flags, _headers_digest(), cpp]).encode()).hexdigest()[:20]
-        folder = build_dir() / "metal" / digest
+        digest = hashlib.sha256("\0".join([CACHE_FORMAT, *compiler, *flags, _headers_digest(), cpp]).encode())
+        folder = build_dir() / "metal" / digest.hexdigest()[:20]
         library_path = folder / "library.so"
         if not library_path.exists():
             folder.mkdir(parents=True, exist_ok=True)
-            source_path = folder / "library.cpp"
+            # Every file of a build is this thread's own until it is complete, then renamed into place:
+            # processes compiling the same library at once (test workers) never read each other's halves.
+            mine = f"{os.getpid()}.{threading.get_ident()}"
+            source_path, partial = folder / f"library.{mine}.cpp", folder / f"library.{mine}.tmp"
             source_path.write_text(cpp)
-            partial = folder / f"library.{os.getpid()}.{threading.get_ident()}.tmp"
-            done = subprocess.run([*compiler, *flags, f"-I{INCLUDE_DIR}", str(source_path), "-o", str(partial)],
-                                  capture_output=True, text=True)
-            if done.returncode != 0:
-                raise MetalCompileError(_compile_message(done.stderr, source))
+            try:
+                done = subprocess.run([*compiler, *flags, f"-I{INCLUDE_DIR}", str(source_path), "-o", str(partial)],
+                                      capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise MetalCompileError(_compile_message(done.stderr, source))
+                os.replace(source_path, folder / "library.cpp")  # kept beside the library, to read
+            finally:
+                source_path.unlink(missing_ok=True)
             os.replace(partial, library_path)
         library = ctypes.CDLL(str(library_path))
         _compiled[key] = (library, translation)

@@ -234,3 +234,19 @@ print("AFTER", get_gpu_type())
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("STATUS", "AFTER")))
     assert lines.get("STATUS") == "clean None", done.stdout + done.stderr[-2000:]
     assert lines["AFTER"] == "cuda"  # the process's own answer again once the audit is over
+
+
+def test_a_metal_audit_on_a_machine_with_a_cuda_gpu_sees_no_cuda(monkeypatch):
+    """A Mac has no CUDA. On a Linux box with a GPU, Inductor found two GPU types (cuda and the fake mps) and
+    asserted in ``get_gpu_type`` (found on the H100); dynamo saved CUDA's RNG state around every trace,
+    which fails in a forked worker. Here the GPU is simulated on a CPU build of torch."""
+    from shimkit.audit import run_audit
+    from shimkit.backend import new_registry
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda *args, **kwargs: torch.zeros(16, dtype=torch.uint8))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda *args, **kwargs: None)
+    audit = run_audit(["seed_split_linear"],
+                      registry=new_registry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"})).models[0]
+    assert (audit.status, audit.failure) == ("clean", None)
+    assert torch.cuda.is_available()  # the machine's own answer again once the audit is over

@@ -68,15 +68,16 @@ def forked(task: str) -> bool:
     return FORKED_FROM_THE_TEST == [task]
 
 
-def test_a_caller_with_a_cuda_context_gets_fresh_workers(monkeypatch):
-    # A forked child of a process with a CUDA context fails at its first CUDA call (torch.export makes one
-    # on a GPU machine, a Metal audit too): such a caller's workers start afresh and see none of its state.
+def test_workers_on_a_machine_with_a_cuda_gpu_start_afresh(monkeypatch):
+    # A forked child of a process that has asked CUDA anything fails at its first CUDA call (torch.export
+    # makes one on a GPU machine): there, workers start afresh and see none of the caller's state.
     import torch
 
     FORKED_FROM_THE_TEST[:] = ["a"]
     try:
         assert run_tasks(forked, ["a"], jobs=1, on_failure=as_failure) == ([True], False)
-        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+        monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         assert run_tasks(forked, ["a"], jobs=1, on_failure=as_failure) == ([False], False)
     finally:
         FORKED_FROM_THE_TEST.clear()

@@ -260,6 +260,37 @@ def test_a_compiled_library_is_reused_for_the_same_source():
     assert compile_library(source)[0] is compile_library(source)[0]
 
 
+def _compile_after(barrier, source) -> None:
+    import os
+
+    barrier.wait()
+    library, _ = compile_library(source)
+    x = torch.zeros(4)
+    compile_shader(source).fill(x, threads=4)  # the library just built, from this process's cache
+    os._exit(0 if hasattr(library, "shimkit_launch_0") and x.tolist() == [7.0] * 4 else 1)
+
+
+def test_processes_compiling_one_library_at_once_all_get_a_whole_one(tmp_path, monkeypatch):
+    # Twelve test workers once compiled one shader together: one compiled another's half-written source
+    # into a library without kernels, cached on disk for every later run ("undefined symbol").
+    import multiprocessing
+
+    monkeypatch.setenv("SHIMKIT_BUILD_DIR", str(tmp_path))
+    source = ("kernel void fill(device float* x, uint i [[thread_position_in_grid]]) { x[i] = 7; }\n"
+              + "".join(f"kernel void pad{n}(device float* x, uint i [[thread_position_in_grid]]) {{ x[i] = {n}; }}\n"
+                        for n in range(60)))
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(4)
+    builders = [context.Process(target=_compile_after, args=(barrier, source)) for _ in range(4)]
+    for builder in builders:
+        builder.start()
+    for builder in builders:
+        builder.join(300)
+    assert [builder.exitcode for builder in builders] == [0] * 4
+    assert {tuple(sorted(path.name for path in folder.iterdir())) for folder in (tmp_path / "metal").iterdir()} \
+        == {("library.cpp", "library.so")}  # nothing half-done is left behind
+
+
 def test_a_library_of_many_kernels_compiles_each_on_first_use():
     # As ATen's sort (700 template instantiations): a caller uses few, and only those are compiled.
     count = EAGER_KERNELS + 4
