@@ -25,7 +25,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-import torch.nn.modules.linear_cross_entropy  # noqa: F401  (registers the torch_nn:: custom ops)
+try:
+    import torch.nn.modules.linear_cross_entropy  # noqa: F401  (registers the torch_nn:: custom ops)
+except ModuleNotFoundError:
+    # A torch release before the chunked ops (2.11): its programs never call them, and the registry leaves a
+    # built-in's ops that this torch does not define out quietly, as "not available here".
+    pass
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from shimkit.plugins.shared import float32_tensors

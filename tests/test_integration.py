@@ -105,8 +105,13 @@ def test_cuda_backends_use_the_cuda_device(backend_cls):
         # Triton GEMM templates compile addmm and baddbmm on CUDA (faster there: docs/cuda.md).
         assert torch.ops.aten.addmm.default not in config.decomposition_table
         assert torch.ops.aten.baddbmm.default not in config.decomposition_table
+        upstream_table = originals(backend_cls)["get_decomposition_table"].__func__(backend_cls)
         assert backend_cls.get_decomposition_table() == {}  # applied in place by plugin_decompositions
-        assert backend_cls.get_custom_passes([]) == list(config.passes)
+        passes = backend_cls.get_custom_passes([])
+        assert [type(p) for p in passes] == [type(p) for p in config.passes]
+        (in_place,) = [p for name, p in zip(config.pass_names, passes) if name == "plugin_decompositions"]
+        # upstream's own decompositions (CudaBackend's conv1d as conv2d) after the plugins'
+        assert set(in_place.fallback) == set(upstream_table)
     assert originals(backend_cls) == before
 
 

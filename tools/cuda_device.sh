@@ -75,7 +75,7 @@ tests() {
     "$ROOT/tests/example_plugin"
   cd /tmp
   SHIMKIT_HYPOTHESIS_PROFILE=ci "$PYTHON" -m pytest -q -p no:cacheprovider -n "${CUDA_TEST_WORKERS:-8}" \
-    --rootdir "$ROOT" -c "$ROOT/pyproject.toml" "$ROOT/tests" ${CUDA_TEST_ARGS:-} 2>&1 | tee "$out/tests.log"
+    --rootdir "$ROOT" -c "$ROOT/pyproject.toml" "$ROOT/tests" ${CUDA_TEST_ARGS:-} 2>&1 | tee -i "$out/tests.log"
 }
 
 bench() {
