@@ -18,8 +18,9 @@ ROOT=$PWD
 WHEELS=$ROOT/.cuda-wheels
 SITE=${SHIMKIT_CUDA_SITE:-/tmp/shimkit-cuda-site}
 PYTHON=${PYTHON:-python3}
-# What ExecuTorch's lowering imports beyond a CUDA PyTorch image, at the versions CI tests.
-PINNED=(executorch==1.5.1 torchao==0.18.0 ruamel.yaml==0.19.1 ruamel.yaml.clib==0.2.15)
+# What ExecuTorch's lowering imports beyond a CUDA PyTorch image, at the versions CI tests (expecttest: an
+# ExecuTorch dependency that torch's OpInfo test helpers import).
+PINNED=(executorch==1.5.1 torchao==0.18.0 ruamel.yaml==0.19.1 ruamel.yaml.clib==0.2.15 expecttest==0.3.0)
 
 fetch() {
   mkdir -p "$WHEELS"
