@@ -32,6 +32,7 @@ PATCHED = [
     (torch.backends.mps, "get_core_count"),
     (torch.backends.mps, "is_available"),
     (torch.mps, "is_available"),
+    (torch.cuda, "is_available"),
     (torch._subclasses.FakeTensor, "__getitem__"),
     (torch._subclasses.FakeTensor, "__setitem__"),
     (torch._subclasses.FakeTensor, "contiguous"),

@@ -75,6 +75,7 @@ def test_workers_on_a_machine_with_a_cuda_gpu_start_afresh(monkeypatch):
 
     FORKED_FROM_THE_TEST[:] = ["a"]
     try:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a machine that has one
         assert run_tasks(forked, ["a"], jobs=1, on_failure=as_failure) == ([True], False)
         monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
