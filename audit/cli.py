@@ -212,6 +212,7 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
 
             document = audit(not args.no_plugins)
             if not args.no_plugins:
+                document["plugin_conflicts"] = _plugin_conflicts(target)
                 document["plugin_problems"] = _plugin_problems(target, stderr)
             if getattr(args, "report", None):
                 stock = document if args.no_plugins else audit(False)
@@ -221,6 +222,13 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
         stderr.write(f"shimkit audit: the plugin registry cannot be built: {error}\n")
         return EXIT_INCOMPLETE
     return _write(document, args.json, stdout)
+
+
+def _plugin_conflicts(target: Any) -> list[dict[str, Any]]:
+    """The claims several active plugins made for this audit's device: which plugin won, which were left out."""
+    from shimkit.backend import get_registry
+
+    return [contest.as_json(target.device) for contest in get_registry().backend_config(target.device).contests]
 
 
 def _plugin_problems(target: Any, stderr: TextIO) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from shimkit._versions import check_versions
 
 VERSIONS = check_versions()  # before anything below touches torch or executorch internals
 
-from shimkit.registry.derive import BackendConfig, DeviceCapabilities, Provision
+from shimkit.registry.derive import BackendConfig, Contest, DeviceCapabilities, Provision
 from shimkit.registry.errors import (
     DecompositionDeclined,
     InvalidPluginRecord,
@@ -32,7 +32,7 @@ from shimkit.registry.ops import canonical_op_name, resolve_op, through_aten_com
 from shimkit.registry.records import Kernel, MslKernel, OpCall, OpPlugin, PassSpec, RandomReference, Shim, as_call
 
 __all__ = [
-    "BackendConfig", "DecompositionDeclined", "DeviceCapabilities", "InvalidPluginRecord", "OpCall", "OpPlugin", "PassSpec",
+    "BackendConfig", "Contest", "DecompositionDeclined", "DeviceCapabilities", "InvalidPluginRecord", "OpCall", "OpPlugin", "PassSpec",
     "PluginConflictError", "PluginLoadError", "PluginProblem", "PluginRegistry", "PluginSource",
     "Kernel", "MslKernel", "Provision", "RandomReference", "Registered", "Shim", "ShimkitPluginError", "UnknownOpError",
     "as_call", "canonical_op_name", "hookimpl", "hookspec", "resolve_op", "through_aten_composite",

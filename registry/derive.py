@@ -44,6 +44,33 @@ class Provision:
 
 
 @dataclass(frozen=True)
+class Contest:
+    """Several plugins claimed one thing on a device, and how it was settled.
+
+    ``what`` names the claim (``"the mps shim for aten::erfinv.default"``), ``winner`` the plugin that
+    provides it, ``left_out`` the others, ``settled_by`` ``"priority"`` (the winner's was higher) or
+    ``"order"`` (equal priorities: built-ins first, then entry points by entry-point name and distribution
+    name, then plugins registered from code; never the order packages were installed or discovered in)."""
+
+    what: str
+    winner: str
+    left_out: tuple[str, ...]
+    settled_by: str
+
+    def as_json(self, device: str) -> dict[str, Any]:
+        """The contest as ``shimkit plugins --json`` and the audit report list it."""
+        return {"device": device, "what": self.what, "winner": self.winner, "left_out": list(self.left_out),
+                "settled_by": self.settled_by}
+
+
+def _contest(what: str, winner: Provision, candidates: list[Provision],
+             priorities: Mapping[str, int]) -> Contest:
+    others = tuple(dict.fromkeys(c.plugin for c in candidates if c.plugin != winner.plugin))
+    tied = any(priorities[name] == priorities[winner.plugin] for name in others)
+    return Contest(what, winner.plugin, others, "order" if tied else "priority")
+
+
+@dataclass(frozen=True)
 class DeviceCapabilities:
     """What a device can do with each op, as the active plugins declare it.
 
@@ -110,6 +137,7 @@ class BackendConfig:
     kernel_sources: tuple[str, ...]
     kernel_providers: Mapping[str, Provision]
     shadowed: tuple[Provision, ...] = field(default=())
+    contests: tuple[Contest, ...] = field(default=())
     msl_shims: tuple[Shim, ...] = field(default=())
     pre_edge_decomposition_table: Mapping[torch._ops.OpOverload, Callable[..., Any]] = field(
         default_factory=lambda: MappingProxyType({}))
@@ -369,14 +397,21 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
             eliminations.setdefault(op, Provision(op, plugin.name, entry.source, eliminated_by=pass_name))
 
     shadowed: list[Provision] = []
+    contests: list[Contest] = []
     shims: dict[str, Provision] = {}
     for op, candidates in shim_candidates.items():
-        shims[op], lost = _pick(candidates, f"the {device} shim for {op}", priorities, registry)
+        what = f"the {device} shim for {op}"
+        shims[op], lost = _pick(candidates, what, priorities, registry)
         shadowed += lost
+        if len({c.plugin for c in candidates}) > 1:
+            contests.append(_contest(what, shims[op], candidates, priorities))
     decompositions: dict[str, Provision] = {}
     for op, candidates in decomposition_candidates.items():
-        decompositions[op], lost = _pick(candidates, f"the decomposition of {op}", priorities, registry)
+        what = f"the decomposition of {op}"
+        decompositions[op], lost = _pick(candidates, what, priorities, registry)
         shadowed += lost
+        if len({c.plugin for c in candidates}) > 1:
+            contests.append(_contest(what, decompositions[op], candidates, priorities))
 
     kernel_providers: dict[str, Provision] = {}
     for op, provision in sorted(shims.items(), key=lambda item: registry.load_index(item[1].source)):
@@ -391,6 +426,7 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
             if provision.source.kind != "entry_point":
                 raise PluginConflictError(message)
             registry.report_conflict(provision.source, f"{message}; {provision.plugin!r} is left out")
+            contests.append(Contest(f"kernel name {name!r} on {device}", other.plugin, (provision.plugin,), "order"))
             del shims[op]
             break
         else:
@@ -455,5 +491,6 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
         msl_shims=tuple(shim for shim in map(_shim, shims.values()) if _declares_msl(shim)),
         kernel_providers=MappingProxyType(kernel_providers),
         shadowed=tuple(shadowed),
+        contests=tuple(contests),
         edge_exceptions=edge_exceptions,
     )

@@ -144,7 +144,9 @@ class PluginRegistry:
             self._load_module(module_name, PluginSource("builtin", module_name.rsplit(".", 1)[-1], module_name))
 
     def _load_entry_points(self) -> None:
-        for entry_point in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        # A stable order, whatever the order packages were installed or discovered in: it settles ties.
+        for entry_point in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP),
+                                  key=lambda e: (e.name, e.dist.name if e.dist else "", e.value)):
             distribution = getattr(getattr(entry_point, "dist", None), "name", None)
             source = PluginSource("entry_point", entry_point.name, entry_point.value, distribution)
             if entry_point.name in self.blocked_names or distribution in self.blocked_names:
@@ -236,7 +238,8 @@ class PluginRegistry:
 
     def load_index(self, source: PluginSource) -> int:
         """When the plugin behind ``source`` was registered, relative to the others (built-ins first,
-        then entry points by name, then code registrations): what settles ties between equals."""
+        then entry points by entry-point name and distribution name, then code registrations): what settles
+        ties between equals."""
         sources = list(self._sources.values())
         return sources.index(source) if source in sources else len(sources)
 

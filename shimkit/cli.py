@@ -45,6 +45,11 @@ def plugins_report(registry) -> dict[str, Any]:
                "stage": e.record.stage, "devices": list(e.record.devices) if e.record.devices else None,
                "after": list(e.record.after), "before": list(e.record.before), "doc": e.record.doc}
               for e in registry.pass_specs(include_blocked=True)]
+    from shimkit.registry.records import DEVICES  # here: `shimkit --help` imports no torch
+
+    # Deriving each device settles the plugins' competing claims, and reports those who lost a tie.
+    conflicts = [contest.as_json(device) for device in DEVICES
+                 for contest in registry.backend_config(device).contests]
     problems = [{"source": _source_json(p.source), "stage": p.stage, "message": p.message}
                 for p in registry.problems]
     # Entry points blocked by their own or their distribution's name are never imported, so no record of
@@ -53,7 +58,8 @@ def plugins_report(registry) -> dict[str, Any]:
                                      *registry.pass_specs(include_blocked=True)]}
     blocked_sources = [_source_json(s) for s in registry.blocked_sources() if id(s) not in loaded]
     return {"schema_version": PLUGINS_SCHEMA_VERSION, "plugins": plugins, "passes": passes,
-            "blocked_sources": blocked_sources, "problems": problems}
+            "blocked_sources": blocked_sources, "conflicts": conflicts, "problems": problems}
+
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -88,6 +94,11 @@ def _print_plugins(report: dict[str, Any]) -> None:
         for source in report["blocked_sources"]:
             print(f"  {source['kind']} {source['name']!r} ({source['module']}"
                   + (f", from {source['distribution']})" if source["distribution"] else ")"))
+    if report["conflicts"]:
+        print("\nclaimed by several plugins:")
+        for conflict in report["conflicts"]:
+            print(f"  {conflict['what']}: {conflict['winner']!r} wins by {conflict['settled_by']}, "
+                  f"{', '.join(map(repr, conflict['left_out']))} left out")
     if report["problems"]:
         print("\nplugins reported and skipped:")
         for problem in report["problems"]:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,49 @@ def test_two_packages_claiming_one_shim_keep_the_first_and_report_the_second(tmp
     assert len(registry.problems) == 1  # derived again: reported once
     with pytest.raises(PluginLoadError, match="dup-b"):
         new_registry(env={"SHIMKIT_STRICT_PLUGINS": "1"}).backend_config("mps")
+
+
+@pytest.mark.parametrize("discovered_first", ["dupb", "dupa"])
+def test_a_tie_is_settled_by_name_whichever_package_is_found_first(tmp_path, discovered_first, capfd):
+    """Two packages decomposing one op at equal priority, each in its own folder on the path, found in both
+    orders: the same one wins (entry points go by entry-point name, then distribution name), and both
+    ``shimkit plugins --json`` and the audit report say who won and who was left out."""
+    from shimkit.audit.cli import main as audit_main
+    from shimkit.backend import use_registry
+    from shimkit.cli import plugins_report
+
+    folders = {}
+    for dist, entry, letter in (("dupa", "dup-a", "a"), ("dupb", "dup-b", "b")):
+        folders[dist] = tmp_path / dist
+        folders[dist].mkdir()
+        install_distribution(folders[dist], dist, {entry: f"dup_{letter}"}, {f"dup_{letter}": f"""
+import torch
+from shimkit.registry import OpPlugin, hookimpl
+def erfinv_{letter}(x):
+    return torch.special.erfinv(x)
+@hookimpl
+def shimkit_op_plugins():
+    yield OpPlugin(name="erfinv-{letter}", ops=("aten::erfinv.default",),
+                   decompositions={{"aten::erfinv.default": erfinv_{letter}}})
+"""})
+    second = "dupa" if discovered_first == "dupb" else "dupb"
+    path = [str(folders[discovered_first]), str(folders[second]), *sys.path]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "path", path)
+        assert [d.metadata["Name"] for d in metadata.distributions() if d.metadata["Name"] in folders] \
+            == [discovered_first, second]
+        with pytest.warns(UserWarning, match="entry point 'dup-b'.*'erfinv-b' is left out"):
+            registry = new_registry(env={})
+            report = plugins_report(registry)
+        conflict = {"device": "mps", "what": "the decomposition of aten::erfinv.default", "winner": "erfinv-a",
+                    "left_out": ["erfinv-b"], "settled_by": "order"}
+        assert conflict in report["conflicts"]
+        assert [(p["source"]["name"], p["stage"]) for p in report["problems"]] == [("dup-b", "conflict")]
+        assert registry.backend_config("mps").capabilities.decompositions["aten::erfinv.default"].plugin == "erfinv-a"
+        capfd.readouterr()
+        with use_registry(registry):
+            assert audit_main(["--json", "--quiet", "--no-cache", "-j", "1", "seed_split_linear"]) == 0
+    assert conflict in json.loads(capfd.readouterr().out)["plugin_conflicts"]
 
 
 def test_a_package_reusing_a_builtin_c_symbol_is_left_out(tmp_path, monkeypatch):
