@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import warnings
@@ -296,10 +298,56 @@ def run_command(args: argparse.Namespace) -> int:
 
     if args.list_zoo or (args.models and args.models[0] == "merge"):
         return run(args)
-    freeze_imported_heap()
-    report = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    with report, _stdout_descriptor_to_stderr():
-        return run(args, stdout=report)
+    with _interrupts_held() as held:
+        # Seconds of importing torch, ExecuTorch and Inductor: a Ctrl-C waits for them, then ends the
+        # audit with its report (a Ctrl-C inside an import left a traceback and no report).
+        import shimkit.audit.parallel, shimkit.audit.zoo  # noqa: F401
+        freeze_imported_heap()  # imports the lowering modules first
+    if held:
+        return _write(_interrupted_report(args, "before the first model"), args.json, sys.stdout)
+    rendered = io.StringIO()
+    with _stdout_descriptor_to_stderr():
+        try:
+            code = run(args, stdout=rendered)
+        except KeyboardInterrupt:  # outside the models' loop (deriving the plugin report, say)
+            rendered = io.StringIO()
+            code = _write(_interrupted_report(args, "outside the models' audits"), args.json, rendered)
+    # Written whole: a Ctrl-C in the middle of it left half a JSON document.
+    with _interrupts_held(), open(os.dup(sys.stdout.fileno()), "w", encoding="utf-8") as report:
+        report.write(rendered.getvalue())
+    return code
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[list[int]]:
+    """SIGINT during the block is held, not raised; the list yielded collects the signals held. A process
+    that ignores SIGINT (a background job) goes on ignoring it."""
+    held: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        yield held
+        return
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield held
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted_report(args: argparse.Namespace, when: str) -> dict[str, Any]:
+    """The report of an audit interrupted where no model's result is at hand: the first model it audits,
+    interrupted, as ``-j`` reports the model it waited for."""
+    from shimkit.audit.parallel import failure_entry
+    from shimkit.audit.report import document_of
+    from shimkit.audit.targets import TARGETS
+    from shimkit.audit.workers import Failure
+    from shimkit.audit.zoo import ZOO
+
+    specs = args.models or list(ZOO)
+    models = [failure_entry(specs[0], Failure("interrupted", f"KeyboardInterrupt: interrupted {when}", 0.0))
+              ] if specs else []
+    return document_of(models, plugins=not args.no_plugins, interrupted=True,
+                       target=TARGETS[getattr(args, "backend", "metal")])
 
 
 @contextlib.contextmanager

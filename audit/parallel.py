@@ -68,7 +68,7 @@ def audit_in_process(specs: Sequence[str], *, plugins: bool, check_numerics: boo
                 on_progress(index, len(specs), spec, models[-1])
     except KeyboardInterrupt:
         if len(models) == index < len(specs):
-            models.append(_failed(specs[index], Failure("interrupted", "KeyboardInterrupt: interrupted", 0.0)))
+            models.append(failure_entry(specs[index], Failure("interrupted", "KeyboardInterrupt: interrupted", 0.0)))
         return models, True
     return models, False
 
@@ -79,7 +79,7 @@ def _single_threaded_torch() -> None:
     torch.set_num_threads(1)
 
 
-def _failed(spec: str, failure: Failure) -> dict[str, Any]:
+def failure_entry(spec: str, failure: Failure) -> dict[str, Any]:
     """The report entry of a model whose worker gave no result of its own."""
     from shimkit.audit.runner import PHASES
 
@@ -103,7 +103,7 @@ def audit_in_workers(specs: Sequence[str], *, plugins: bool, check_numerics: boo
     # per model, so that a CUDA fault in one model (it poisons the process's context) cannot fail the next.
     return run_tasks(functools.partial(_audit_one, plugins=plugins, check_numerics=check_numerics,
                                        target_name=target.name, cache=cache),
-                     specs, jobs=jobs, timeout=timeout, on_failure=_failed, initializer=_single_threaded_torch,
+                     specs, jobs=jobs, timeout=timeout, on_failure=failure_entry, initializer=_single_threaded_torch,
                      start_method="fork" if target.fake_device else "spawn",
                      tasks_per_worker=None if target.fake_device else 1, on_progress=on_progress)
 

@@ -232,9 +232,13 @@ class DecomposeInPlace(ShimkitPass):
         guards_before = len(shape_env.guards) if shape_env is not None else 0
         try:
             # The table's other decompositions stay active: one that calls an op another plugin decomposes
-            # (an ATen composite reaching cumsum, say) is spliced in without that op, unless that plugin
-            # declines the call (upstream's conv1d-as-conv2d reaching the grouped-conv1d plugin).
-            others = {other: declining_as_not_implemented(fn) for other, fn in self.table.items() if other != op}
+            # (an ATen composite reaching cumsum, say) is spliced in without that op. Where that plugin
+            # declines, so does this node, with its reason; but a fallback (the backend's own table) is
+            # applied as the backend would, keeping the declined op (conv1d-as-conv2d reaching the
+            # grouped-conv1d plugin, which declines 2-D convolutions).
+            others = {other: fn for other, fn in self.table.items() if other != op}
+            if decomposition is not self.table.get(op):
+                others = {other: declining_as_not_implemented(fn) for other, fn in others.items()}
             with own_mode if own_mode is not None else contextlib.nullcontext():
                 traced = make_fx(call_decomposition, decomposition_table=others,
                                  tracing_mode="real" if own_mode is not None else mode)(*values)

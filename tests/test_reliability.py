@@ -228,6 +228,38 @@ def test_ctrl_c_mid_audit_exits_130_with_a_valid_report_of_what_ran():
     assert set(statuses[2:]) <= {"clean", "interrupted"}
 
 
+def _own_group_with_default_sigint() -> None:
+    os.setsid()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("seconds", [0.3, 1.5, 3.0, 5.0, 8.0])
+def test_ctrl_c_to_the_process_group_at_any_moment_of_a_parallel_audit_leaves_a_report(seconds):
+    """SIGINT to the whole process group, as a terminal sends it, spread over a `-j 2` run: while torch and
+    ExecuTorch import (which left a KeyboardInterrupt traceback and no report), while workers start and while
+    they audit. Whatever the moment: exit 130 with a valid report of the models done, then the one
+    interrupted; or, if the run was over first, its own report and status."""
+    models = ["seed_split_linear", "cumsum", "mobilenet_v3_small", "baddbmm"]
+    process = subprocess.Popen([SHIMKIT, "audit", "--json", "--no-cache", "-j", "2", *models],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **CLEAN_ENV}, preexec_fn=_own_group_with_default_sigint)
+    try:
+        process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=300)
+    document = json.loads(stdout)  # a report, whatever the moment
+    assert document["exit_code"] == process.returncode, stderr[-2000:]
+    statuses = [m["status"] for m in document["models"]]
+    assert [m["name"] for m in document["models"]] == models[:len(statuses)]
+    if process.returncode == 130:
+        assert document["status"] == "interrupted" and statuses[-1] in {"interrupted", "clean"}
+        assert set(statuses[:-1]) <= {"clean"}
+    else:
+        assert (process.returncode, statuses) == (0, ["clean"] * len(models))
+    assert "Traceback" not in stderr
+
+
 EXITING_PLUGINS = {
     "exits_at_import": "import sys\nsys.exit(0)\n",
     "exits_in_op_hook": """
