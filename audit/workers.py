@@ -11,7 +11,8 @@ every device's RNG state around a trace). Each worker takes one task at a time o
 an alarm of ``timeout`` seconds. What can go wrong with a task is that task's result, through the caller's
 ``on_failure``, and the other tasks go on:
 
-* the task raises: phase ``"worker"``, the exception's type and message;
+* the task raises: phase ``"worker"``, the exception's type and message (``SystemExit`` and a
+  ``KeyboardInterrupt`` the task raises itself too: workers ignore SIGINT, so no real Ctrl-C lands there);
 * the task runs past ``timeout``: phase ``"timeout"`` (a hang in native code, which the alarm cannot stop,
   is given up ``GRACE_S`` seconds later and its worker killed);
 * the worker process dies (a segfault, ``os._exit``): phase ``"worker"``, with its exit code; a new
@@ -242,7 +243,8 @@ def _serve(connection: Connection, caller: int, function: Callable, timeout: flo
             message: tuple[str, Any] = ("ok", function(task))
         except TaskTimeout:
             message = timed_out
-        except Exception as error:
+        except (Exception, SystemExit, KeyboardInterrupt) as error:
+            # A worker ignores SIGINT, so a KeyboardInterrupt here was raised by the task's own code: its error.
             message = ("worker", f"{type(error).__name__}: {error}")
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)

@@ -119,9 +119,14 @@ class DecomposeInPlace(ShimkitPass):
     name = "plugin_decompositions"
 
     def __init__(self, table: Mapping[Any, Callable[..., Any]], *, name: str | None = None,
-                 fallback: Mapping[Any, Callable[..., Any]] | None = None) -> None:
+                 fallback: Mapping[Any, Callable[..., Any]] | None = None,
+                 third_party: Mapping[Any, str] | None = None) -> None:
         self.table = {_op_key(op): fn for op, fn in table.items()}
         self.fallback = {_op_key(op): fn for op, fn in (fallback or {}).items()}
+        # The ops whose decomposition a third-party plugin provides, with that plugin described: one that
+        # fails to trace is that plugin's problem (the node is left, declined, and the lowering goes on);
+        # a built-in's failure is shimkit's bug, raised.
+        self.third_party = {_op_key(op): owner for op, owner in (third_party or {}).items()}
         if name is not None:
             self.name = name  # type: ignore[misc]
         self._templates: dict[Any, _Template] = {}
@@ -136,7 +141,8 @@ class DecomposeInPlace(ShimkitPass):
         >>> conv1d in plugins.with_fallback({conv1d: conv1d_to_conv2d}).fallback
         True
         """
-        return DecomposeInPlace(self.table, name=self.name, fallback={**self.fallback, **fallback})
+        return DecomposeInPlace(self.table, name=self.name, fallback={**self.fallback, **fallback},
+                                third_party=self.third_party)
 
     def _candidates(self, op: torch._ops.OpOverload) -> list[Callable[..., Any]]:
         return [fn for fn in (self.table.get(op), self.fallback.get(op)) if fn is not None]
@@ -144,12 +150,14 @@ class DecomposeInPlace(ShimkitPass):
     @classmethod
     def from_capabilities(cls, capabilities: Any, **kwargs: Any) -> "DecomposeInPlace":
         """Every plugin decomposition that applies on the device (ops it has no shim for)."""
-        table = {}
-        for op in capabilities.decompositions:
+        table, third_party = {}, {}
+        for op, provision in capabilities.decompositions.items():
             decomposition = capabilities.decomposition(op)
             if decomposition is not None:
                 table[op] = decomposition
-        return cls(table, **kwargs)
+                if provision.source.kind != "builtin":
+                    third_party[op] = f"op plugin {provision.plugin!r} ({provision.source.describe()})"
+        return cls(table, third_party=third_party, **kwargs)
 
     def transform(self, graph: fx.Graph, context: PassContext) -> bool:
         if not self.table and not self.fallback:
@@ -246,9 +254,11 @@ class DecomposeInPlace(ShimkitPass):
         except DecompositionDeclined:
             raise
         except Exception as error:
-            raise PassError(self.pass_name, node, f"tracing the decomposition of {op} "
-                            f"({getattr(decomposition, '__qualname__', decomposition)}) failed: "
-                            f"{type(error).__name__}: {error}") from error
+            failure = (f"tracing the decomposition of {op} ({getattr(decomposition, '__qualname__', decomposition)}) "
+                       f"failed: {type(error).__name__}: {error}")
+            if decomposition is self.table.get(op) and op in self.third_party:
+                raise DecompositionDeclined(f"{self.third_party[op]}: {failure}; the node is left in place") from error
+            raise PassError(self.pass_name, node, failure) from error
         added = guards_since(shape_env, guards_before)
         if added:
             raise PassError(self.pass_name, node, f"the decomposition of {op} "

@@ -25,6 +25,10 @@ def behave(task: str) -> str:
         os.kill(os.getpid(), signal.SIGSEGV)
     if task == "raise":
         raise ValueError("bad input")
+    if task == "interrupt":  # model or plugin code raising it, not a Ctrl-C
+        raise KeyboardInterrupt("from the task")
+    if task == "sys.exit":
+        sys.exit(3)
     if task == "hang":
         time.sleep(60)
     if task == "swallow":
@@ -40,7 +44,7 @@ def as_failure(task: str, failure: Failure) -> tuple[str, str, str]:
 
 
 def test_every_failure_is_that_tasks_result_and_order_is_kept():
-    tasks = ["a", "exit", "raise", "hang", "segfault", "swallow", "b"]
+    tasks = ["a", "exit", "raise", "hang", "segfault", "swallow", "interrupt", "sys.exit", "b"]
     results, interrupted = run_tasks(behave, tasks, jobs=2, timeout=3, on_failure=as_failure)
     assert not interrupted
     assert [r.split(":")[0] if isinstance(r, str) else r[0] for r in results] == tasks
@@ -49,6 +53,8 @@ def test_every_failure_is_that_tasks_result_and_order_is_kept():
     assert failures["segfault"] == ("worker", f"its worker process died (exit code {-signal.SIGSEGV}) before "
                                               f"giving a result")
     assert failures["raise"] == ("worker", "ValueError: bad input")
+    assert failures["interrupt"] == ("worker", "KeyboardInterrupt: from the task")
+    assert failures["sys.exit"] == ("worker", "SystemExit: 3")
     assert failures["hang"][0] == failures["swallow"][0] == "timeout"
     assert "within 3 s (--timeout)" in failures["hang"][1]
 

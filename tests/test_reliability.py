@@ -20,7 +20,7 @@ import pytest
 
 from registry_helpers import CLEAN_ENV, install_distribution
 from shimkit.backend import new_registry
-from shimkit.registry import PluginLoadError
+from shimkit.registry import OpPlugin, PluginLoadError, hookimpl
 
 SHIMKIT = str(Path(sys.executable).parent / "shimkit")
 KERNEL = __import__("shimkit.plugins.addmm").plugins.addmm.KERNEL.runtime_paths[1]  # addmm_metal.mm
@@ -306,3 +306,35 @@ def test_a_plugin_calling_sys_exit_never_ends_a_command_with_status_0(tmp_path):
             assert json.loads(done.stdout)["models"][0]["status"] == "clean"
         for name in ("exits-at-import", "exits-in-op-hook", "exits-in-pass-hook"):
             assert name in done.stderr, (label, name)
+
+
+class RaisingErfinv:
+    @hookimpl
+    def shimkit_op_plugins(self):
+        def broken(x):
+            raise RuntimeError("a bug in the plugin")
+
+        yield OpPlugin(name="broken-erfinv", ops=("aten::erfinv.default",),
+                       decompositions={"aten::erfinv.default": broken})
+
+
+def test_a_third_party_decomposition_that_raises_leaves_its_node_and_the_rest_lowers():
+    import torch
+
+    from shimkit.passes import DecomposeInPlace
+    from shimkit.passes.decompose import recording_declines
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return torch.erfinv(x).cumsum(0)
+
+    registry = new_registry(env=CLEAN_ENV)
+    registry.register(RaisingErfinv(), name="broken-erfinv")
+    program = torch.export.export(Model(), (torch.rand(6) - 0.5,))
+    with recording_declines() as declines:
+        DecomposeInPlace.from_capabilities(registry.backend_config("mps").capabilities)(program.graph_module)
+    targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert "aten.erfinv.default" in targets and "aten.cumsum.default" not in targets  # the built-in still ran
+    (decline,) = declines
+    assert decline.op == "aten::erfinv" and "op plugin 'broken-erfinv' (registered from code" in decline.reason
+    assert "RuntimeError: a bug in the plugin" in decline.reason
