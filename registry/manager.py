@@ -25,9 +25,11 @@ every later registration under one lock.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
+import signal
 import threading
 import time
 import traceback
@@ -36,7 +38,7 @@ import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from types import ModuleType
-from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
 
 import pluggy
 
@@ -70,6 +72,29 @@ class PluginSource:
         if self.kind == "builtin":
             return f"built-in {self.name!r} ({self.module})"
         return f"registered from code {self.name!r} ({self.module})"
+
+
+@contextlib.contextmanager
+def _telling_ctrl_c_apart() -> Iterator[list[int] | None]:
+    """Within the block SIGINT acts as Python's default handler does (``KeyboardInterrupt``) and is also
+    noted in the list yielded, so that a ``KeyboardInterrupt`` plugin code raises itself can be told from a
+    real Ctrl-C. ``None`` where that cannot be watched (a thread other than the main one, a handler of the
+    program's own): there every ``KeyboardInterrupt`` counts as a Ctrl-C."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield None
+        return
+    seen: list[int] = []
+
+    def noting(signum: int, frame: Any) -> None:
+        seen.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, noting)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # Records a hook wrapper adds itself belong to no one plugin's implementation.
@@ -158,11 +183,17 @@ class PluginRegistry:
                                                     "not listed in SHIMKIT_ALLOW_PLUGINS; not imported"))
                 continue
             started = time.perf_counter()
-            try:
-                plugin = entry_point.load()
-            except (Exception, SystemExit) as error:  # a broken third-party import must not take shimkit down
-                self._report(source, "import", error)
-                continue
+            with _telling_ctrl_c_apart() as ctrl_c:
+                try:
+                    plugin = entry_point.load()
+                except KeyboardInterrupt as error:
+                    if ctrl_c is None or ctrl_c:
+                        raise
+                    self._report(source, "import", error)  # raised by the plugin's own code
+                    continue
+                except (Exception, SystemExit) as error:  # a broken third-party import must not take shimkit down
+                    self._report(source, "import", error)
+                    continue
             seconds = time.perf_counter() - started
             if seconds > self.slow_import_seconds:
                 self._report(source, "slow", f"importing it took {seconds:.2f} s (more than "
@@ -210,12 +241,18 @@ class PluginRegistry:
         hook execution."""
         @functools.wraps(function)  # keeps the hookimpl marker and the signature pluggy checks
         def attributed() -> list[Any] | None:
-            try:
-                produced = function()
-                records = list(produced) if produced is not None else []
-            except (Exception, SystemExit) as error:  # sys.exit() in a hook ends that hook, not shimkit
-                self._report(source, "hook", error)
-                return None
+            with _telling_ctrl_c_apart() as ctrl_c:
+                try:
+                    produced = function()
+                    records = list(produced) if produced is not None else []
+                except KeyboardInterrupt as error:
+                    if ctrl_c is None or ctrl_c:
+                        raise
+                    self._report(source, "hook", error)  # raised by the plugin's own code
+                    return None
+                except (Exception, SystemExit) as error:  # sys.exit() in a hook ends that hook, not shimkit
+                    self._report(source, "hook", error)
+                    return None
             bad = sorted({type(r).__name__ for r in records if not isinstance(r, record_type)})
             if bad:
                 self._report(source, "record", InvalidPluginRecord(

@@ -286,6 +286,31 @@ def shimkit_passes():
 }
 
 
+INTERRUPTING_PLUGINS = {
+    "interrupts_at_import": "raise KeyboardInterrupt('raised by the plugin')\n",
+    "interrupts_in_op_hook": """
+from shimkit.registry import hookimpl
+@hookimpl
+def shimkit_op_plugins():
+    raise KeyboardInterrupt("raised by the plugin")
+""",
+}
+
+
+def test_a_keyboard_interrupt_raised_by_plugin_code_is_that_plugins_problem(tmp_path):
+    """Not a Ctrl-C (none is sent): the command lists both plugins as problems and ends normally."""
+    entry_points = {name.replace("_", "-"): name for name in INTERRUPTING_PLUGINS}
+    install_distribution(tmp_path, "interrupting-plugins", entry_points, INTERRUPTING_PLUGINS)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run([SHIMKIT, "plugins", "--json"], capture_output=True, text=True, timeout=600, env=env,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert done.returncode == 0, done.stderr[-2000:]
+    problems = {p["source"]["name"]: p for p in json.loads(done.stdout)["problems"]}
+    assert {name: problems[name]["stage"] for name in entry_points} == {"interrupts-at-import": "import",
+                                                                       "interrupts-in-op-hook": "hook"}
+    assert all("KeyboardInterrupt: raised by the plugin" in problems[name]["message"] for name in entry_points)
+
+
 def test_a_plugin_calling_sys_exit_never_ends_a_command_with_status_0(tmp_path):
     """sys.exit(0) at import, in either hook and in a pass factory: every command still prints its whole
     output, reports each plugin by name and exits as it would without them."""
