@@ -155,7 +155,7 @@ class DecomposeInPlace(ShimkitPass):
             decomposition = capabilities.decomposition(op)
             if decomposition is not None:
                 table[op] = decomposition
-                if provision.source.kind != "builtin":
+                if provision.source.kind != "builtin" and not capabilities.strict:
                     third_party[op] = f"op plugin {provision.plugin!r} ({provision.source.describe()})"
         return cls(table, third_party=third_party, **kwargs)
 

@@ -83,6 +83,8 @@ class DeviceCapabilities:
     decompositions: Mapping[str, Provision]
     eliminations: Mapping[str, Provision]
     generated: frozenset[str] = frozenset()
+    # SHIMKIT_STRICT_PLUGINS: a plugin's failure while lowering raises instead of being reported.
+    strict: bool = False
 
     def has_shim(self, op: Any) -> bool:
         return canonical_op_name(op) in self.shims
@@ -434,7 +436,7 @@ def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfi
 
     capabilities = DeviceCapabilities(
         device, MappingProxyType(shims), MappingProxyType(decompositions), MappingProxyType(eliminations),
-        frozenset(generated | declared_generated))
+        frozenset(generated | declared_generated), strict=registry.strict)
 
     # Tables keyed by OpOverload leave out ops no loaded library defines: they cannot be in a graph.
     decomposition_table = {}

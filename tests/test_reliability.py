@@ -346,7 +346,7 @@ class RaisingErfinv:
 def test_a_third_party_decomposition_that_raises_leaves_its_node_and_the_rest_lowers():
     import torch
 
-    from shimkit.passes import DecomposeInPlace
+    from shimkit.passes import DecomposeInPlace, PassError
     from shimkit.passes.decompose import recording_declines
 
     class Model(torch.nn.Module):
@@ -363,3 +363,8 @@ def test_a_third_party_decomposition_that_raises_leaves_its_node_and_the_rest_lo
     (decline,) = declines
     assert decline.op == "aten::erfinv" and "op plugin 'broken-erfinv' (registered from code" in decline.reason
     assert "RuntimeError: a bug in the plugin" in decline.reason
+    strict = new_registry(env={**CLEAN_ENV, "SHIMKIT_STRICT_PLUGINS": "1"})
+    strict.register(RaisingErfinv(), name="broken-erfinv")
+    with pytest.raises(PassError, match="a bug in the plugin"):
+        DecomposeInPlace.from_capabilities(strict.backend_config("mps").capabilities)(
+            torch.export.export(Model(), (torch.rand(6) - 0.5,)).graph_module)
