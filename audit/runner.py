@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 import shimkit.audit.numerics as numerics_check  # called through the module: tests replace its functions
+from shimkit._interrupts import telling_ctrl_c_apart
 from shimkit._patching import ScopedPatches
 from shimkit.audit.fake_mps import fake_mps_lowering
 from shimkit.audit.numerics import NumericsReport, NumericsUnavailable
@@ -232,7 +233,13 @@ def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = Tr
             speed.callback(speed_patches.undo)
             cia_ops_materialized_once(speed_patches)
         speed.callback(leftovers.release)
-        _audit_into(audit, loaded, config, clock, watch, recorder, check_numerics, target)
+        with telling_ctrl_c_apart() as ctrl_c:
+            try:
+                _audit_into(audit, loaded, config, clock, watch, recorder, check_numerics, target)
+            except KeyboardInterrupt as error:
+                if ctrl_c is None or ctrl_c:
+                    raise
+                audit.failure = _describe_failure(error, watch)  # raised by the model's own code
     audit.kernels = list(recorder.calls.values())
     audit.timings = {phase: clock.totals.get(phase, 0.0) for phase in PHASES}
     return audit

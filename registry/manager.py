@@ -25,11 +25,9 @@ every later registration under one lock.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
 import os
-import signal
 import threading
 import time
 import traceback
@@ -38,11 +36,12 @@ import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from types import ModuleType
-from typing import Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
 
 import pluggy
 
 import shimkit.registry.hookspecs as hookspecs
+from shimkit._interrupts import telling_ctrl_c_apart
 from shimkit.registry.errors import InvalidPluginRecord, PluginLoadError, ShimkitPluginError
 from shimkit.registry.records import OpPlugin, PassSpec
 
@@ -72,29 +71,6 @@ class PluginSource:
         if self.kind == "builtin":
             return f"built-in {self.name!r} ({self.module})"
         return f"registered from code {self.name!r} ({self.module})"
-
-
-@contextlib.contextmanager
-def _telling_ctrl_c_apart() -> Iterator[list[int] | None]:
-    """Within the block SIGINT acts as Python's default handler does (``KeyboardInterrupt``) and is also
-    noted in the list yielded, so that a ``KeyboardInterrupt`` plugin code raises itself can be told from a
-    real Ctrl-C. ``None`` where that cannot be watched (a thread other than the main one, a handler of the
-    program's own): there every ``KeyboardInterrupt`` counts as a Ctrl-C."""
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
-        yield None
-        return
-    seen: list[int] = []
-
-    def noting(signum: int, frame: Any) -> None:
-        seen.append(signum)
-        signal.default_int_handler(signum, frame)
-
-    signal.signal(signal.SIGINT, noting)
-    try:
-        yield seen
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # Records a hook wrapper adds itself belong to no one plugin's implementation.
@@ -183,7 +159,7 @@ class PluginRegistry:
                                                     "not listed in SHIMKIT_ALLOW_PLUGINS; not imported"))
                 continue
             started = time.perf_counter()
-            with _telling_ctrl_c_apart() as ctrl_c:
+            with telling_ctrl_c_apart() as ctrl_c:
                 try:
                     plugin = entry_point.load()
                 except KeyboardInterrupt as error:
@@ -241,7 +217,7 @@ class PluginRegistry:
         hook execution."""
         @functools.wraps(function)  # keeps the hookimpl marker and the signature pluggy checks
         def attributed() -> list[Any] | None:
-            with _telling_ctrl_c_apart() as ctrl_c:
+            with telling_ctrl_c_apart() as ctrl_c:
                 try:
                     produced = function()
                     records = list(produced) if produced is not None else []

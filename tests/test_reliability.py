@@ -207,6 +207,28 @@ def test_hostile_models_end_their_own_audit_and_leave_a_valid_report(tmp_path):
     assert "building" in done.stderr and "native output" in done.stderr
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_keyboard_interrupt_raised_by_model_code_is_that_models_error(tmp_path, jobs):
+    # No Ctrl-C is sent: in the auditing process (-j 1) and in a worker (-j 2) the exception is the model's.
+    (tmp_path / "interrupts.py").write_text("""
+import torch
+class Interrupts(torch.nn.Module):
+    def forward(self, x):
+        raise KeyboardInterrupt("raised by the model")
+def make():
+    return Interrupts(), (torch.randn(2),)
+""")
+    done = subprocess.run([SHIMKIT, "audit", "--json", "--quiet", "--no-cache", "-j", jobs,
+                           f"{tmp_path}/interrupts.py:make", "seed_split_linear"], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **CLEAN_ENV},
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    document = json.loads(done.stdout)
+    assert done.returncode == 2 == document["exit_code"], done.stderr[-2000:]
+    interrupts, seed = document["models"]
+    assert interrupts["status"] == "error" and "KeyboardInterrupt: raised by the model" in interrupts["failure"]["message"]
+    assert seed["status"] == "clean"
+
+
 def test_ctrl_c_mid_audit_exits_130_with_a_valid_report_of_what_ran():
     # A job started in the background (CI's, say) inherits SIGINT ignored, and so would the audit:
     # give it the default disposition, as a terminal would.
