@@ -14,12 +14,12 @@ import io
 import json
 import logging
 import os
-import signal
 import sys
 import time
 import warnings
 from typing import Any, Iterator, TextIO
 
+from shimkit._interrupts import interrupts_held
 from shimkit.audit.exit_status import EXIT_INCOMPLETE
 
 DESCRIPTION = """\
@@ -125,26 +125,21 @@ def _quiet_libraries() -> Iterator[None]:
             for logger, level in zip(loggers, levels):
                 logger.setLevel(level)
 
-
-
 @contextlib.contextmanager
 def _pickle_trust(trusted: bool) -> Iterator[None]:
     """``--trust-pickle`` for this run and the workers it forks or spawns (they read the environment),
     restored afterwards: a caller running the audit in its own process keeps its environment."""
+    from shimkit._patching import ScopedPatches
     from shimkit.audit.loader import TRUST_PICKLE_ENV
 
-    if not trusted:
-        yield
-        return
-    before = os.environ.get(TRUST_PICKLE_ENV)
-    os.environ[TRUST_PICKLE_ENV] = "1"
+    patches = ScopedPatches()
+    if trusted:
+        patches.replace_item(os.environ, TRUST_PICKLE_ENV, "1")
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(TRUST_PICKLE_ENV, None)
-        else:
-            os.environ[TRUST_PICKLE_ENV] = before
+        patches.undo()
+
 
 def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     stdout = stdout or sys.stdout
@@ -214,8 +209,7 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
 
             document = audit(not args.no_plugins)
             if not args.no_plugins:
-                document["plugin_conflicts"] = _plugin_conflicts(target)
-                document["plugin_problems"] = _plugin_problems(target, stderr)
+                document["plugin_conflicts"], document["plugin_problems"] = _plugin_report(target, stderr)
             if getattr(args, "report", None):
                 stock = document if args.no_plugins else audit(False)
                 with open(args.report, "w", encoding="utf-8") as handle:
@@ -226,27 +220,17 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
     return _write(document, args.json, stdout)
 
 
-def _plugin_conflicts(target: Any) -> list[dict[str, Any]]:
-    """The claims several active plugins made for this audit's device: which plugin won, which were left out."""
-    from shimkit.backend import get_registry
-
-    return [contest.as_json(target.device) for contest in get_registry().backend_config(target.device).contests]
-
-
-def _plugin_problems(target: Any, stderr: TextIO) -> list[dict[str, Any]]:
-    """The plugins reported and skipped while this audit's backend was derived (the library warnings the
-    audit keeps quiet), each as ``shimkit plugins --json`` lists it and as a line on stderr."""
+def _plugin_report(target: Any, stderr: TextIO) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """For this audit's device, as ``shimkit plugins --json`` lists them: the claims several active plugins
+    made (who won, who was left out), and the plugins reported and skipped, found while deriving the
+    backend (the library warnings the audit keeps quiet), each also as a line on stderr."""
     from shimkit.backend import get_registry
 
     registry = get_registry()
-    registry.backend_config(target.device)  # the problems found while deriving: unknown ops, pass factories
-    problems = []
+    contests = registry.backend_config(target.device).contests
     for problem in registry.problems:
         stderr.write(f"shimkit audit: plugin skipped: {problem.describe()}\n")
-        problems.append({"source": {"kind": problem.source.kind, "name": problem.source.name,
-                                    "module": problem.source.module, "distribution": problem.source.distribution},
-                         "stage": problem.stage, "message": problem.message})
-    return problems
+    return [c.as_json(target.device) for c in contests], [p.as_json() for p in registry.problems]
 
 
 def coverage_table(audited: dict, stock: dict) -> str:
@@ -298,7 +282,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     if args.list_zoo or (args.models and args.models[0] == "merge"):
         return run(args)
-    with _interrupts_held() as held:
+    with interrupts_held() as held:
         # Seconds of importing torch, ExecuTorch and Inductor: a Ctrl-C waits for them, then ends the
         # audit with its report (a Ctrl-C inside an import left a traceback and no report).
         import shimkit.audit.parallel, shimkit.audit.zoo  # noqa: F401
@@ -313,25 +297,9 @@ def run_command(args: argparse.Namespace) -> int:
             rendered = io.StringIO()
             code = _write(_interrupted_report(args, "outside the models' audits"), args.json, rendered)
     # Written whole: a Ctrl-C in the middle of it left half a JSON document.
-    with _interrupts_held(), open(os.dup(sys.stdout.fileno()), "w", encoding="utf-8") as report:
+    with interrupts_held(), open(os.dup(sys.stdout.fileno()), "w", encoding="utf-8") as report:
         report.write(rendered.getvalue())
     return code
-
-
-@contextlib.contextmanager
-def _interrupts_held() -> Iterator[list[int]]:
-    """SIGINT during the block is held, not raised; the list yielded collects the signals held. A process
-    that ignores SIGINT (a background job) goes on ignoring it."""
-    held: list[int] = []
-    previous = signal.getsignal(signal.SIGINT)
-    if previous is signal.SIG_IGN:
-        yield held
-        return
-    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
-    try:
-        yield held
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _interrupted_report(args: argparse.Namespace, when: str) -> dict[str, Any]:

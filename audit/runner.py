@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 import shimkit.audit.numerics as numerics_check  # called through the module: tests replace its functions
-from shimkit._interrupts import telling_ctrl_c_apart
+from shimkit._interrupts import is_ctrl_c, telling_ctrl_c_apart
 from shimkit._patching import ScopedPatches
 from shimkit.audit.fake_mps import fake_mps_lowering
 from shimkit.audit.numerics import NumericsReport, NumericsUnavailable
@@ -237,7 +237,7 @@ def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = Tr
             try:
                 _audit_into(audit, loaded, config, clock, watch, recorder, check_numerics, target)
             except KeyboardInterrupt as error:
-                if ctrl_c is None or ctrl_c:
+                if is_ctrl_c(error, ctrl_c):
                     raise
                 audit.failure = _describe_failure(error, watch)  # raised by the model's own code
     audit.kernels = list(recorder.calls.values())

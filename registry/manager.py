@@ -41,7 +41,7 @@ from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
 import pluggy
 
 import shimkit.registry.hookspecs as hookspecs
-from shimkit._interrupts import telling_ctrl_c_apart
+from shimkit._interrupts import is_ctrl_c, telling_ctrl_c_apart
 from shimkit.registry.errors import InvalidPluginRecord, PluginLoadError, ShimkitPluginError
 from shimkit.registry.records import OpPlugin, PassSpec
 
@@ -72,6 +72,10 @@ class PluginSource:
             return f"built-in {self.name!r} ({self.module})"
         return f"registered from code {self.name!r} ({self.module})"
 
+    def as_json(self) -> dict[str, Any]:
+        """As ``shimkit plugins --json`` and the audit report list it."""
+        return {"kind": self.kind, "name": self.name, "module": self.module, "distribution": self.distribution}
+
 
 # Records a hook wrapper adds itself belong to no one plugin's implementation.
 _WRAPPER_SOURCE = PluginSource("code", "<hook wrapper>", "<hook wrapper>")
@@ -87,6 +91,10 @@ class PluginProblem:
 
     def describe(self) -> str:
         return f"{self.source.describe()}: {self.stage}: {self.message}"
+
+    def as_json(self) -> dict[str, Any]:
+        """As ``shimkit plugins --json`` and the audit report list it."""
+        return {"source": self.source.as_json(), "stage": self.stage, "message": self.message}
 
 
 RecordT = TypeVar("RecordT", OpPlugin, PassSpec)
@@ -162,13 +170,10 @@ class PluginRegistry:
             with telling_ctrl_c_apart() as ctrl_c:
                 try:
                     plugin = entry_point.load()
-                except KeyboardInterrupt as error:
-                    if ctrl_c is None or ctrl_c:
+                except (Exception, SystemExit, KeyboardInterrupt) as error:
+                    if is_ctrl_c(error, ctrl_c):
                         raise
-                    self._report(source, "import", error)  # raised by the plugin's own code
-                    continue
-                except (Exception, SystemExit) as error:  # a broken third-party import must not take shimkit down
-                    self._report(source, "import", error)
+                    self._report(source, "import", error)  # a broken third-party import must not take shimkit down
                     continue
             seconds = time.perf_counter() - started
             if seconds > self.slow_import_seconds:
@@ -221,13 +226,10 @@ class PluginRegistry:
                 try:
                     produced = function()
                     records = list(produced) if produced is not None else []
-                except KeyboardInterrupt as error:
-                    if ctrl_c is None or ctrl_c:
+                except (Exception, SystemExit, KeyboardInterrupt) as error:
+                    if is_ctrl_c(error, ctrl_c):
                         raise
-                    self._report(source, "hook", error)  # raised by the plugin's own code
-                    return None
-                except (Exception, SystemExit) as error:  # sys.exit() in a hook ends that hook, not shimkit
-                    self._report(source, "hook", error)
+                    self._report(source, "hook", error)  # sys.exit() in a hook ends that hook, not shimkit
                     return None
             bad = sorted({type(r).__name__ for r in records if not isinstance(r, record_type)})
             if bad:

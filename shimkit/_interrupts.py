@@ -1,5 +1,6 @@
-"""Telling a real Ctrl-C from a ``KeyboardInterrupt`` that plugin or model code raises itself: the first
-ends the command, the second is that code's error like any other (docs/reliability.md)."""
+"""SIGINT where shimkit must not be cut short: a real Ctrl-C told from a ``KeyboardInterrupt`` that plugin or
+model code raises itself (the first ends the command, the second is that code's error like any other), and
+Ctrl-C held over a block that must run whole (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,25 @@ def telling_ctrl_c_apart() -> Iterator[list[int] | None]:
         yield seen
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def is_ctrl_c(error: BaseException, seen: list[int] | None) -> bool:
+    """Whether ``error``, caught inside :func:`telling_ctrl_c_apart` (``seen`` is what it yielded), is a real
+    Ctrl-C that must end the command, not an error of the code that ran."""
+    return isinstance(error, KeyboardInterrupt) and (seen is None or bool(seen))
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[list[int]]:
+    """SIGINT during the block is held, not raised; the list yielded collects the signals held. A process
+    that ignores SIGINT (a background job) goes on ignoring it."""
+    held: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        yield held
+        return
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield held
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import types
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -30,8 +31,8 @@ class ScopedPatches:
         self.applied.append((owner, name, raw))
         setattr(owner, name, value)
 
-    def replace_item(self, mapping: dict, key: Any, value: Any) -> None:
-        """Set ``mapping[key]`` (an entry of ``sys.modules``) until undone."""
+    def replace_item(self, mapping: MutableMapping, key: Any, value: Any) -> None:
+        """Set ``mapping[key]`` (an entry of ``sys.modules``, of ``os.environ``) until undone."""
         self.applied.append((mapping, key, mapping.get(key, _MISSING)))
         mapping[key] = value
 
@@ -44,7 +45,7 @@ class ScopedPatches:
             owner, name, raw = self.applied.pop()
             if callable(owner) and name is None:
                 owner()
-            elif isinstance(owner, dict):
+            elif isinstance(owner, MutableMapping):
                 if raw is _MISSING:
                     owner.pop(name, None)
                 else:

@@ -15,11 +15,6 @@ from typing import Any, Sequence
 PLUGINS_SCHEMA_VERSION = 1
 
 
-def _source_json(source) -> dict[str, Any]:
-    return {"kind": source.kind, "name": source.name, "module": source.module,
-            "distribution": source.distribution}
-
-
 def plugins_report(registry) -> dict[str, Any]:
     """The ``shimkit plugins --json`` document (schema in docs/registry.md)."""
     plugins = []
@@ -27,7 +22,7 @@ def plugins_report(registry) -> dict[str, Any]:
         plugin = entry.record
         plugins.append({
             "name": plugin.name,
-            "source": _source_json(entry.source),
+            "source": entry.source.as_json(),
             "blocked": entry.blocked,
             "priority": plugin.priority,
             "ops": list(plugin.ops),
@@ -41,7 +36,7 @@ def plugins_report(registry) -> dict[str, Any]:
             "generated_on": {op: list(devices) for op, devices in plugin.generated_on.items()},
             "doc": plugin.doc,
         })
-    passes = [{"name": e.record.name, "source": _source_json(e.source), "blocked": e.blocked,
+    passes = [{"name": e.record.name, "source": e.source.as_json(), "blocked": e.blocked,
                "stage": e.record.stage, "devices": list(e.record.devices) if e.record.devices else None,
                "after": list(e.record.after), "before": list(e.record.before), "doc": e.record.doc}
               for e in registry.pass_specs(include_blocked=True)]
@@ -50,16 +45,14 @@ def plugins_report(registry) -> dict[str, Any]:
     # Deriving each device settles the plugins' competing claims, and reports those who lost a tie.
     conflicts = [contest.as_json(device) for device in DEVICES
                  for contest in registry.backend_config(device).contests]
-    problems = [{"source": _source_json(p.source), "stage": p.stage, "message": p.message}
-                for p in registry.problems]
+    problems = [problem.as_json() for problem in registry.problems]
     # Entry points blocked by their own or their distribution's name are never imported, so no record of
     # theirs is above: each is listed here instead.
     loaded = {id(e.source) for e in [*registry.op_plugins(include_blocked=True),
                                      *registry.pass_specs(include_blocked=True)]}
-    blocked_sources = [_source_json(s) for s in registry.blocked_sources() if id(s) not in loaded]
+    blocked_sources = [s.as_json() for s in registry.blocked_sources() if id(s) not in loaded]
     return {"schema_version": PLUGINS_SCHEMA_VERSION, "plugins": plugins, "passes": passes,
             "blocked_sources": blocked_sources, "conflicts": conflicts, "problems": problems}
-
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
