@@ -15,7 +15,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import torch
@@ -135,13 +135,15 @@ def move_program_to_fake_mps(edge_program: Any, real_values: RealValues) -> Any:
 
 @dataclass
 class FakeMpsSession:
-    """One :func:`fake_mps_lowering` scope: its patches, the real values behind fake weights, and the
-    folder holding the stub files ``preprocess`` reads back."""
+    """One :func:`fake_mps_lowering` scope: its patches, the real values behind fake weights, the
+    folder holding the stub files ``preprocess`` reads back, and the C++ wrapper Inductor generated for
+    each graph, in order (what :mod:`shimkit.metal.program` compiles and runs)."""
 
     patches: ScopedPatches
     real_values: RealValues
     workdir: str
     compiled_graphs: int = 0
+    wrapper_sources: list[str] = field(default_factory=list)
 
 
 def _same_fake_storage(original: Callable[..., bool]) -> Callable[..., bool]:
@@ -429,6 +431,7 @@ def fake_mps_lowering(backend_cls: Any | None = None) -> Iterator[FakeMpsSession
         def compile_nothing(cls, graph, wrapper_code, kernel_code, serialized_extern_kernel_nodes, *,
                             device_type, additional_files):
             session.compiled_graphs += 1
+            session.wrapper_sources.append(wrapper_code)
             index = session.compiled_graphs
             so_path = os.path.join(session.workdir, f"graph{index}.wrapper.so")
             blob_path = os.path.join(session.workdir, f"graph{index}.wrapper_weights.blob")

@@ -104,12 +104,13 @@ def compile_shared_library(stem: str, sources: Sequence[str | os.PathLike], *,
                            include_dirs: Sequence[str] = (), define_macros: Sequence[tuple[str, str]] = (),
                            library_dirs: Sequence[str] = (), libraries: Sequence[str] = (),
                            extra_flags: Sequence[str] = (), python_module: bool = False,
-                           suffix: str = ".so") -> Path:
+                           suffix: str = ".so", depends: Iterable[str | os.PathLike] = ()) -> Path:
     """Compiles ``sources`` into one shared library in :func:`build_dir` and returns its path.
 
     The file name carries a digest of the sources' contents, the headers under ``INCLUDE_DIR`` and
     every flag, so an unchanged build is reused and a changed one never is. ``python_module`` adds the
     Python and pybind11 include directories, ahead of ``include_dirs``. The library directories become its run path.
+    ``depends`` are further files (headers elsewhere) whose contents the build depends on.
     """
     compiler = os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++"
     command = shlex.split(compiler) + ["-shared", "-fPIC", "-std=c++17", "-fvisibility=hidden"]
@@ -129,6 +130,8 @@ def compile_shared_library(stem: str, sources: Sequence[str | os.PathLike], *,
     digest = hashlib.sha256("\0".join(command + sources + link).encode())
     for source in sorted(sources) + sorted(str(h) for h in INCLUDE_DIR.rglob("*.h")):
         digest.update(Path(source).read_bytes())
+    for dependency in sorted(str(d) for d in depends):
+        digest.update(Path(dependency).read_bytes())
     for folder in sorted(Path(s).parent for s in sources):
         for header in sorted(folder.glob("*.h")):
             digest.update(header.read_bytes())

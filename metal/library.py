@@ -372,6 +372,16 @@ class ShaderLibrary:
     def __dir__(self) -> list[str]:
         return sorted(self._infos)
 
+    def launcher(self, name: str) -> tuple[str, int, int, int]:
+        """Where a C++ host calls kernel ``name``: the shared library's path, the index of its
+        ``shimkit_launch_<index>`` launcher, its max threads per threadgroup and its buffer count (the
+        whole-program runtime, :mod:`shimkit.metal.program`, dispatches through it)."""
+        kernel = getattr(self, name)
+        index, info = self._infos[name]
+        library, _ = compile_library(self._source, ucontext_fibers=self._ucontext_fibers,
+                                     kernels=None if len(self._infos) <= EAGER_KERNELS else (name,))
+        return library._name, index, kernel.max_threads_per_threadgroup, info.buffers
+
 
 def compile_shader(source: str) -> ShaderLibrary:
     """Compiles MSL ``source`` for the CPU, as ``torch.mps.compile_shader`` compiles it for the GPU.

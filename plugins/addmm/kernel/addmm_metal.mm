@@ -5,6 +5,10 @@
 // transposed self, a cache key missing an input's shape, an out of the wrong shape -- comes from the
 // portable, tested plan. The graph is built from the plan's key fields only, so equal keys build
 // equal graphs.
+// Objective-C++ (MPSGraph): compiled only where __OBJC__ is defined. The Linux stand-in of the Metal
+// runtime compiles runtime sources as C++, where this file is empty (csrc/metal_runtime/fallbacks/addmm.cpp
+// runs the same plan there).
+#ifdef __OBJC__
 #include "addmm_metal.h"
 
 #include <mutex>
@@ -203,3 +207,5 @@ Status run_metal(const Plan& plan, const Operands& ops, metal::Host& host) {
 
 }  // namespace addmm
 }  // namespace shimkit
+
+#endif  // __OBJC__

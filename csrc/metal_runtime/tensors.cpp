@@ -1,0 +1,551 @@
+// The aoti_torch_* tensor functions of a Metal program, over host memory: what ExecuTorch's Metal runtime
+// (backends/aoti/common_shims.cpp, backends/apple/metal/runtime/shims/memory.cpp) provides on a Mac, here
+// for Linux. A handle is an ExecuTorch etensor::Tensor*, as there, so that the plugins' adapters
+// (which read tensors through etensor::Tensor's methods) run unchanged. Like upstream, a tensor's
+// storage offset is folded into its data pointer (ExecuTorch tensors have none) and "device" memory is
+// host memory: the device type a tensor was created with is remembered and reported back.
+//
+// Every handle this runtime hands out is registered: a handle it does not know (freed twice, or never
+// made here) is an error naming the function, never a read of freed memory. shimkit_runtime_live_tensors()
+// lets tests prove a program frees everything it allocates.
+
+#include <executorch/backends/aoti/common_shims.h>
+#include <executorch/backends/apple/metal/runtime/shims/memory.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime_errors.h"
+
+namespace {
+
+using executorch::runtime::Error;
+using executorch::runtime::etensor::ScalarType;
+using executorch::runtime::etensor::Tensor;
+using executorch::runtime::etensor::TensorImpl;
+using shimkit::metal_runtime::guarded;
+
+// torch's device type codes (c10/core/DeviceType.h), which the AOTI ABI passes around.
+constexpr int32_t kCpu = 0;
+constexpr int32_t kCuda = 1;
+constexpr int32_t kMps = 13;
+
+struct Storage {
+  void* data = nullptr;
+  bool owned = false;
+  ~Storage() {
+    if (owned) std::free(data);
+  }
+};
+
+struct HostTensor {
+  std::shared_ptr<Storage> storage;  // keeps an allocation alive while a view of it lives
+  int32_t dtype = 0;
+  int32_t device_type = kMps;
+  int32_t device_index = 0;
+  std::vector<int32_t> sizes32, strides32;
+  std::vector<uint8_t> dim_order;
+  std::vector<int64_t> sizes, strides;
+  std::unique_ptr<TensorImpl> impl;
+  std::unique_ptr<Tensor> tensor;
+};
+
+std::mutex registry_mutex;
+std::unordered_map<Tensor*, std::unique_ptr<HostTensor>>& registry() {
+  static auto* tensors = new std::unordered_map<Tensor*, std::unique_ptr<HostTensor>>();
+  return *tensors;
+}
+
+size_t element_size(int32_t dtype) {
+  switch (dtype) {
+    case 0: case 1: case 11: return 1;             // uint8, int8, bool
+    case 2: case 5: case 15: return 2;             // int16, float16, bfloat16
+    case 3: case 6: return 4;                      // int32, float32
+    case 4: case 7: case 9: return 8;              // int64, float64, complex64
+    case 10: return 16;                            // complex128
+    default: return 0;
+  }
+}
+
+std::string dtype_text(int32_t dtype) { return "dtype code " + std::to_string(dtype); }
+
+HostTensor& find(Tensor* handle, const char* function) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto it = registry().find(handle);
+  if (handle == nullptr || it == registry().end()) {
+    throw std::invalid_argument(std::string(function) + ": " +
+                                (handle == nullptr ? "null tensor handle"
+                                                   : "not a live tensor handle of this runtime (deleted already?)"));
+  }
+  return *it->second;
+}
+
+// Elements spanned by a layout: 1 + sum((size - 1) * stride), 0 for an empty tensor.
+int64_t extent(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  int64_t span = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return 0;
+    span += (sizes[d] - 1) * strides[d];
+  }
+  return span;
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t stride = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= std::max<int64_t>(sizes[d], 1);
+  }
+  return strides;
+}
+
+Tensor* make_tensor(std::shared_ptr<Storage> storage, void* data, std::vector<int64_t> sizes,
+                    std::vector<int64_t> strides, int32_t dtype, int32_t device_type, int32_t device_index,
+                    const char* function) {
+  if (element_size(dtype) == 0) throw std::invalid_argument(std::string(function) + ": unsupported " + dtype_text(dtype));
+  const size_t rank = sizes.size();
+  auto host = std::make_unique<HostTensor>();
+  host->storage = std::move(storage);
+  host->dtype = dtype;
+  host->device_type = device_type;
+  host->device_index = device_index;
+  for (size_t d = 0; d < rank; ++d) {
+    if (sizes[d] < 0 || sizes[d] > INT32_MAX || strides[d] < INT32_MIN || strides[d] > INT32_MAX) {
+      throw std::invalid_argument(std::string(function) + ": size " + std::to_string(sizes[d]) + " / stride " +
+                                  std::to_string(strides[d]) + " of dimension " + std::to_string(d) +
+                                  " does not fit an ExecuTorch tensor (32-bit sizes and strides)");
+    }
+    host->sizes32.push_back(static_cast<int32_t>(sizes[d]));
+    host->strides32.push_back(static_cast<int32_t>(strides[d]));
+  }
+  // ExecuTorch describes a layout by its dimension order too: outermost (largest stride) first.
+  host->dim_order.resize(rank);
+  std::iota(host->dim_order.begin(), host->dim_order.end(), 0);
+  std::stable_sort(host->dim_order.begin(), host->dim_order.end(),
+                   [&](uint8_t a, uint8_t b) { return strides[a] > strides[b]; });
+  host->sizes = std::move(sizes);
+  host->strides = std::move(strides);
+  host->impl = std::make_unique<TensorImpl>(static_cast<ScalarType>(dtype), static_cast<ssize_t>(rank),
+                                            host->sizes32.data(), data, host->dim_order.data(),
+                                            host->strides32.data());
+  host->tensor = std::make_unique<Tensor>(host->impl.get());
+  Tensor* handle = host->tensor.get();
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  registry().emplace(handle, std::move(host));
+  return handle;
+}
+
+std::vector<int64_t> read_dims(int64_t ndim, const int64_t* values, const char* what, const char* function) {
+  if (ndim < 0) throw std::invalid_argument(std::string(function) + ": negative rank " + std::to_string(ndim));
+  if (ndim > 0 && values == nullptr) throw std::invalid_argument(std::string(function) + ": null " + what);
+  return std::vector<int64_t>(values, values + ndim);
+}
+
+Tensor* allocate(std::vector<int64_t> sizes, std::vector<int64_t> strides, int32_t dtype, int32_t device_type,
+                 int32_t device_index, const char* function) {
+  const size_t bytes = static_cast<size_t>(extent(sizes, strides)) * element_size(dtype);
+  auto storage = std::make_shared<Storage>();
+  storage->data = std::calloc(std::max<size_t>(bytes, 1), 1);
+  if (storage->data == nullptr) throw std::bad_alloc();
+  storage->owned = true;
+  void* data = storage->data;
+  return make_tensor(std::move(storage), data, std::move(sizes), std::move(strides), dtype, device_type,
+                     device_index, function);
+}
+
+// One element converted through double (floating point) or int64 (integers, exact), as ATen's copy_
+// converts between dtypes.
+double load_double(const char* at, int32_t dtype);
+void store_double(char* at, int32_t dtype, double value);
+
+float half_to_float(uint16_t bits) {
+  _Float16 value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return static_cast<float>(value);
+}
+
+uint16_t float_to_half(float value) {
+  _Float16 half = static_cast<_Float16>(value);
+  uint16_t bits;
+  std::memcpy(&bits, &half, sizeof(bits));
+  return bits;
+}
+
+float bfloat_to_float(uint16_t bits) {
+  uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, sizeof(value));
+  return value;
+}
+
+uint16_t float_to_bfloat(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN stays a quiet NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);                    // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+bool is_integral(int32_t dtype) { return dtype <= 4 || dtype == 11; }
+
+int64_t load_int(const char* at, int32_t dtype) {
+  switch (dtype) {
+    case 0: return *reinterpret_cast<const uint8_t*>(at);
+    case 1: return *reinterpret_cast<const int8_t*>(at);
+    case 2: return *reinterpret_cast<const int16_t*>(at);
+    case 3: return *reinterpret_cast<const int32_t*>(at);
+    case 4: return *reinterpret_cast<const int64_t*>(at);
+    case 11: return *reinterpret_cast<const uint8_t*>(at) != 0;
+    default: return static_cast<int64_t>(load_double(at, dtype));
+  }
+}
+
+void store_int(char* at, int32_t dtype, int64_t value) {
+  switch (dtype) {
+    case 0: *reinterpret_cast<uint8_t*>(at) = static_cast<uint8_t>(value); return;
+    case 1: *reinterpret_cast<int8_t*>(at) = static_cast<int8_t>(value); return;
+    case 2: *reinterpret_cast<int16_t*>(at) = static_cast<int16_t>(value); return;
+    case 3: *reinterpret_cast<int32_t*>(at) = static_cast<int32_t>(value); return;
+    case 4: *reinterpret_cast<int64_t*>(at) = value; return;
+    case 11: *reinterpret_cast<uint8_t*>(at) = value != 0; return;
+    default: store_double(at, dtype, static_cast<double>(value));
+  }
+}
+
+double load_double(const char* at, int32_t dtype) {
+  uint16_t bits;
+  switch (dtype) {
+    case 5: std::memcpy(&bits, at, 2); return half_to_float(bits);
+    case 6: return *reinterpret_cast<const float*>(at);
+    case 7: return *reinterpret_cast<const double*>(at);
+    case 15: std::memcpy(&bits, at, 2); return bfloat_to_float(bits);
+    default: return static_cast<double>(load_int(at, dtype));
+  }
+}
+
+void store_double(char* at, int32_t dtype, double value) {
+  uint16_t bits;
+  switch (dtype) {
+    case 5: bits = float_to_half(static_cast<float>(value)); std::memcpy(at, &bits, 2); return;
+    case 6: *reinterpret_cast<float*>(at) = static_cast<float>(value); return;
+    case 7: *reinterpret_cast<double*>(at) = value; return;
+    case 15: bits = float_to_bfloat(static_cast<float>(value)); std::memcpy(at, &bits, 2); return;
+    case 11: *reinterpret_cast<uint8_t*>(at) = value != 0.0; return;
+    default: store_int(at, dtype, static_cast<int64_t>(value));
+  }
+}
+
+// dst[i] = src[i] over both layouts (same shape), converting dtypes as ATen does.
+void copy_elements(const HostTensor& dst, const HostTensor& src, const char* function) {
+  if (dst.sizes != src.sizes) {
+    auto shape = [](const std::vector<int64_t>& s) {
+      std::string text = "(";
+      for (size_t i = 0; i < s.size(); ++i) text += (i ? ", " : "") + std::to_string(s[i]);
+      return text + ")";
+    };
+    throw std::invalid_argument(std::string(function) + ": shapes differ, self " + shape(dst.sizes) + " and src " +
+                                shape(src.sizes));
+  }
+  const size_t rank = dst.sizes.size();
+  int64_t count = 1;
+  for (int64_t size : dst.sizes) count *= size;
+  if (count == 0) return;
+  char* out = static_cast<char*>(dst.tensor->mutable_data_ptr());
+  const char* in = static_cast<const char*>(src.tensor->const_data_ptr());
+  const size_t out_size = element_size(dst.dtype), in_size = element_size(src.dtype);
+  const bool same = dst.dtype == src.dtype;
+  const bool integral = is_integral(dst.dtype) && is_integral(src.dtype);
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t n = 0; n < count; ++n) {
+    int64_t out_offset = 0, in_offset = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      out_offset += index[d] * dst.strides[d];
+      in_offset += index[d] * src.strides[d];
+    }
+    char* to = out + out_offset * static_cast<int64_t>(out_size);
+    const char* from = in + in_offset * static_cast<int64_t>(in_size);
+    if (same) {
+      std::memmove(to, from, out_size);
+    } else if (integral) {
+      store_int(to, dst.dtype, load_int(from, src.dtype));
+    } else {
+      store_double(to, dst.dtype, load_double(from, src.dtype));
+    }
+    for (size_t d = rank; d-- > 0;) {
+      if (++index[d] < dst.sizes[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+thread_local bool grad_mode = false;
+
+}  // namespace
+
+namespace executorch {
+namespace backends {
+namespace aoti {
+
+extern "C" {
+
+AOTITorchError aoti_torch_get_data_ptr(Tensor* tensor, void** ret_data_ptr) {
+  return guarded(__func__, [&] { *ret_data_ptr = find(tensor, __func__).tensor->mutable_data_ptr(); });
+}
+
+AOTITorchError aoti_torch_get_storage_offset(Tensor* tensor, int64_t* ret_storage_offset) {
+  return guarded(__func__, [&] {
+    find(tensor, __func__);
+    *ret_storage_offset = 0;  // folded into the data pointer
+  });
+}
+
+AOTITorchError aoti_torch_get_strides(Tensor* tensor, int64_t** ret_strides) {
+  return guarded(__func__, [&] { *ret_strides = find(tensor, __func__).strides.data(); });
+}
+
+AOTITorchError aoti_torch_get_dtype(Tensor* tensor, int32_t* ret_dtype) {
+  return guarded(__func__, [&] { *ret_dtype = find(tensor, __func__).dtype; });
+}
+
+AOTITorchError aoti_torch_get_sizes(Tensor* tensor, int64_t** ret_sizes) {
+  return guarded(__func__, [&] { *ret_sizes = find(tensor, __func__).sizes.data(); });
+}
+
+AOTITorchError aoti_torch_get_storage_size(Tensor* tensor, int64_t* ret_size) {
+  return guarded(__func__, [&] {
+    const HostTensor& host = find(tensor, __func__);
+    *ret_size = extent(host.sizes, host.strides) * static_cast<int64_t>(element_size(host.dtype));
+  });
+}
+
+AOTITorchError aoti_torch_get_device_type(Tensor* tensor, int32_t* ret_device_type) {
+  return guarded(__func__, [&] { *ret_device_type = find(tensor, __func__).device_type; });
+}
+
+AOTITorchError aoti_torch_get_device_index(Tensor* tensor, int32_t* ret_device_index) {
+  return guarded(__func__, [&] { *ret_device_index = find(tensor, __func__).device_index; });
+}
+
+AOTITorchError aoti_torch_get_dim(Tensor* tensor, int64_t* ret_dim) {
+  return guarded(__func__, [&] { *ret_dim = static_cast<int64_t>(find(tensor, __func__).sizes.size()); });
+}
+
+AOTITorchError aoti_torch_get_numel(Tensor* tensor, int64_t* ret_numel) {
+  return guarded(__func__, [&] { *ret_numel = find(tensor, __func__).tensor->numel(); });
+}
+
+int32_t aoti_torch_device_type_cpu() { return kCpu; }
+int32_t aoti_torch_device_type_mps() { return kMps; }
+int32_t aoti_torch_layout_strided() { return 0; }
+int32_t aoti_torch_dtype_float32() { return 6; }
+int32_t aoti_torch_dtype_bfloat16() { return 15; }
+int32_t aoti_torch_dtype_float16() { return 5; }
+int32_t aoti_torch_dtype_bool() { return 11; }
+int32_t aoti_torch_dtype_int8() { return 1; }
+int32_t aoti_torch_dtype_uint8() { return 0; }
+int32_t aoti_torch_dtype_int16() { return 2; }
+int32_t aoti_torch_dtype_int32() { return 3; }
+int32_t aoti_torch_dtype_int64() { return 4; }
+size_t aoti_torch_dtype_element_size(int32_t dtype) { return element_size(dtype); }
+
+int32_t aoti_torch_grad_mode_is_enabled() { return grad_mode; }
+void aoti_torch_grad_mode_set_enabled(bool enabled) { grad_mode = enabled; }
+
+void aoti_torch_warn(const char* func, const char* file, uint32_t line, const char* msg) {
+  std::fprintf(stderr, "[shimkit metal runtime] warning in %s (%s:%u): %s\n", func, file, line, msg);
+}
+
+AOTITorchError aoti_torch_clone_preserve_strides(Tensor* self, Tensor** ret_new_tensor) {
+  return guarded(__func__, [&] {
+    const HostTensor& source = find(self, __func__);
+    Tensor* copy = allocate(source.sizes, source.strides, source.dtype, source.device_type, source.device_index,
+                            __func__);
+    copy_elements(find(copy, __func__), source, __func__);
+    *ret_new_tensor = copy;
+  });
+}
+
+AOTITorchError aoti_torch_clone(Tensor* self, Tensor** ret_new_tensor) {
+  return guarded(__func__, [&] {
+    const HostTensor& source = find(self, __func__);
+    Tensor* copy = allocate(source.sizes, contiguous_strides(source.sizes), source.dtype, source.device_type,
+                            source.device_index, __func__);
+    copy_elements(find(copy, __func__), source, __func__);
+    *ret_new_tensor = copy;
+  });
+}
+
+AOTITorchError aoti_torch_create_tensor_from_blob(void* data_ptr, int64_t ndim, const int64_t* sizes,
+                                                  const int64_t* strides, int64_t storage_offset, int32_t dtype,
+                                                  int32_t device_type, int32_t device_index,
+                                                  Tensor** ret_new_tensor) {
+  return guarded(__func__, [&] {
+    char* data = static_cast<char*>(data_ptr) + storage_offset * static_cast<int64_t>(element_size(dtype));
+    *ret_new_tensor = make_tensor(nullptr, data, read_dims(ndim, sizes, "sizes", __func__),
+                                  read_dims(ndim, strides, "strides", __func__), dtype, device_type, device_index,
+                                  __func__);
+  });
+}
+
+}  // extern "C"
+
+}  // namespace aoti
+
+namespace metal {
+
+extern "C" {
+
+AOTITorchError aoti_torch_create_tensor_from_blob_v2(void* data, int64_t ndim, const int64_t* sizes_ptr,
+                                                     const int64_t* strides_ptr, int64_t storage_offset,
+                                                     int32_t dtype, int32_t device_type, int32_t device_index,
+                                                     AOTITensorHandle* ret_new_tensor, int32_t layout,
+                                                     const uint8_t* /*opaque_metadata*/,
+                                                     int64_t opaque_metadata_size) {
+  if (layout != 0 || opaque_metadata_size != 0) {
+    return guarded(__func__, [&] {
+      throw std::invalid_argument("only strided tensors without opaque metadata exist here (layout " +
+                                  std::to_string(layout) + ")");
+    });
+  }
+  return aoti::aoti_torch_create_tensor_from_blob(data, ndim, sizes_ptr, strides_ptr, storage_offset, dtype,
+                                                  device_type, device_index, ret_new_tensor);
+}
+
+AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t* sizes_ptr, const int64_t* strides_ptr,
+                                        int32_t dtype, int32_t device_type, int32_t device_index,
+                                        AOTITensorHandle* ret_new_tensor) {
+  return guarded(__func__, [&] {
+    auto sizes = read_dims(ndim, sizes_ptr, "sizes", __func__);
+    auto strides = strides_ptr == nullptr ? contiguous_strides(sizes) : read_dims(ndim, strides_ptr, "strides", __func__);
+    *ret_new_tensor = allocate(std::move(sizes), std::move(strides), dtype, device_type, device_index, __func__);
+  });
+}
+
+AOTITorchError aoti_torch_delete_tensor_object(AOTITensorHandle tensor) {
+  return guarded(__func__, [&] {
+    std::unique_ptr<HostTensor> doomed;
+    {
+      std::lock_guard<std::mutex> lock(registry_mutex);
+      auto it = registry().find(tensor);
+      if (tensor == nullptr || it == registry().end()) {
+        throw std::invalid_argument("not a live tensor handle of this runtime (deleted already?)");
+      }
+      doomed = std::move(it->second);
+      registry().erase(it);
+    }
+  });
+}
+
+AOTITorchError aoti_torch_copy_(AOTITensorHandle self, AOTITensorHandle src, int32_t /*non_blocking*/) {
+  return guarded(__func__, [&] { copy_elements(find(self, __func__), find(src, __func__), __func__); });
+}
+
+AOTITorchError aoti_torch__reinterpret_tensor(AOTITensorHandle self, int64_t ndim, const int64_t* sizes_ptr,
+                                              const int64_t* strides_ptr, int64_t storage_offset,
+                                              AOTITensorHandle* ret_new_tensor) {
+  return guarded(__func__, [&] {
+    const HostTensor& base = find(self, __func__);
+    char* data = static_cast<char*>(base.tensor->mutable_data_ptr()) +
+                 storage_offset * static_cast<int64_t>(element_size(base.dtype));
+    *ret_new_tensor = make_tensor(base.storage, data, read_dims(ndim, sizes_ptr, "sizes", __func__),
+                                  read_dims(ndim, strides_ptr, "strides", __func__), base.dtype, base.device_type,
+                                  base.device_index, __func__);
+  });
+}
+
+AOTITorchError aoti_torch_new_tensor_handle(Tensor* orig_handle, Tensor** new_handle) {
+  return guarded(__func__, [&] {
+    const HostTensor& base = find(orig_handle, __func__);
+    *new_handle = make_tensor(base.storage, base.tensor->mutable_data_ptr(), base.sizes, base.strides, base.dtype,
+                              base.device_type, base.device_index, __func__);
+  });
+}
+
+void cleanup_memory() {}
+
+}  // extern "C"
+
+}  // namespace metal
+}  // namespace backends
+}  // namespace executorch
+
+// Functions of torch's AOTI C API (aoti_torch/c/shim.h) that generated wrappers call and ExecuTorch's
+// headers do not declare.
+extern "C" {
+
+using executorch::backends::aoti::AOTITorchError;
+
+int32_t aoti_torch_device_type_cuda() { return kCuda; }
+int32_t aoti_torch_dtype_float64() { return 7; }
+int32_t aoti_torch_dtype_complex64() { return 9; }
+int32_t aoti_torch_dtype_complex128() { return 10; }
+
+AOTITorchError aoti_torch_assign_tensors_out(Tensor* src, Tensor** ret_dst) {
+  return executorch::backends::metal::aoti_torch_new_tensor_handle(src, ret_dst);
+}
+
+AOTITorchError aoti_torch_as_strided(Tensor* self, const int64_t* sizes_ptr, const int64_t* strides_ptr,
+                                     int64_t storage_offset, Tensor** ret) {
+  return guarded(__func__, [&] {
+    const HostTensor& base = find(self, __func__);
+    const int64_t rank = static_cast<int64_t>(base.sizes.size());
+    *ret = make_tensor(base.storage,
+                       static_cast<char*>(base.tensor->mutable_data_ptr()) +
+                           storage_offset * static_cast<int64_t>(element_size(base.dtype)),
+                       read_dims(rank, sizes_ptr, "sizes", __func__), read_dims(rank, strides_ptr, "strides", __func__),
+                       base.dtype, base.device_type, base.device_index, __func__);
+  });
+}
+
+// 0-d tensors made from scalars (scalar_to_tensor.h) and scalars read back (item), on the CPU.
+#define SHIMKIT_SCALAR_FUNCTIONS(NAME, CTYPE, DTYPE)                                                       \
+  AOTITorchError aoti_torch_scalar_to_tensor_##NAME(CTYPE value, Tensor** ret) {                            \
+    return guarded(__func__, [&] {                                                                          \
+      Tensor* tensor = allocate({}, {}, DTYPE, kCpu, 0, __func__);                                          \
+      char* at = static_cast<char*>(tensor->mutable_data_ptr());                                            \
+      if (is_integral(DTYPE)) store_int(at, DTYPE, static_cast<int64_t>(value));                            \
+      else store_double(at, DTYPE, static_cast<double>(value));                                             \
+      *ret = tensor;                                                                                        \
+    });                                                                                                     \
+  }                                                                                                         \
+  AOTITorchError aoti_torch_item_##NAME(Tensor* tensor, CTYPE* ret_value) {                                 \
+    return guarded(__func__, [&] {                                                                          \
+      const HostTensor& host = find(tensor, __func__);                                                      \
+      if (host.tensor->numel() != 1) throw std::invalid_argument("item of a tensor with " +                \
+                                                                 std::to_string(host.tensor->numel()) +    \
+                                                                 " elements");                              \
+      const char* at = static_cast<const char*>(host.tensor->const_data_ptr());                             \
+      *ret_value = is_integral(DTYPE) ? static_cast<CTYPE>(load_int(at, host.dtype))                        \
+                                      : static_cast<CTYPE>(load_double(at, host.dtype));                    \
+    });                                                                                                     \
+  }
+
+SHIMKIT_SCALAR_FUNCTIONS(float32, float, 6)
+SHIMKIT_SCALAR_FUNCTIONS(float64, double, 7)
+SHIMKIT_SCALAR_FUNCTIONS(uint8, uint8_t, 0)
+SHIMKIT_SCALAR_FUNCTIONS(int8, int8_t, 1)
+SHIMKIT_SCALAR_FUNCTIONS(int16, int16_t, 2)
+SHIMKIT_SCALAR_FUNCTIONS(int32, int32_t, 3)
+SHIMKIT_SCALAR_FUNCTIONS(int64, int64_t, 4)
+SHIMKIT_SCALAR_FUNCTIONS(bool, bool, 11)
+#undef SHIMKIT_SCALAR_FUNCTIONS
+
+// How many tensor handles are alive: a program that has returned its outputs and had them deleted
+// leaves none.
+int64_t shimkit_runtime_live_tensors() {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  return static_cast<int64_t>(registry().size());
+}
+
+}  // extern "C"
