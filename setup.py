@@ -40,7 +40,10 @@ def _packages():
 
 
 def _extension():
-    portable = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.cpp"))
+    # csrc/metal_runtime is the Linux stand-in of ExecuTorch's Metal runtime, built on demand by
+    # shimkit.metal.program against the torch and executorch headers: not part of shimkit._C.
+    portable = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.cpp")
+                      if "metal_runtime" not in p.relative_to(ROOT).parts)
     metal = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.mm"))
     on_macos = sys.platform == "darwin"
     sources = portable + (metal if on_macos else [])

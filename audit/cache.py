@@ -79,7 +79,7 @@ class AuditCache:
             pass
 
 
-def audit_key(exported: Any, example_inputs: Iterable[Any], *, plugins: bool, check_numerics: bool,
+def audit_key(exported: Any, example_inputs: Iterable[Any], *, plugins: bool, check_numerics: bool | str,
               target: str, registry: Any) -> str:
     """The digest of everything that decides one model's audit report (see the module docstring)."""
     digest = hashlib.sha256()
@@ -87,7 +87,11 @@ def audit_key(exported: Any, example_inputs: Iterable[Any], *, plugins: bool, ch
                  f"check_numerics={check_numerics}", f"target={target}", registry_fingerprint(registry)):
         digest.update(part.encode())
         digest.update(b"\0")
-    _hash_program(digest, exported, example_inputs, with_values=check_numerics)
+    if check_numerics == "execute":  # the runtime the programs link and the MSL translation decide too
+        from shimkit.metal.program import runtime_fingerprint
+
+        digest.update(runtime_fingerprint().encode())
+    _hash_program(digest, exported, example_inputs, with_values=bool(check_numerics))
     return digest.hexdigest()
 
 
@@ -202,7 +206,7 @@ def _environment() -> str:
             f"shimkit={shimkit.__version__} sources={sources.hexdigest()}")
 
 
-def audit_entry(spec: str, *, plugins: bool, check_numerics: bool, target: Any, cache: AuditCache | None,
+def audit_entry(spec: str, *, plugins: bool, check_numerics: bool | str, target: Any, cache: AuditCache | None,
                 registry: Any | None = None) -> dict[str, Any]:
     """One model's ``--json`` report entry, from ``cache`` when an identical audit is stored there (the
     entry then says ``"cached": true``), else audited and stored. A model that does not load or export is

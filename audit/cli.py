@@ -39,7 +39,7 @@ with the same registry-derived configuration and the same report; it needs a CUD
 """
 
 EPILOG = """\
-exit status: 0 all clean, 1 missing kernels or wrong numbers (--check-numerics), 2 audit could not run,
+exit status: 0 all clean, 1 missing kernels or wrong numbers (--check-numerics, --execute), 2 audit could not run,
 130 interrupted (the report still covers the models audited so far; see docs/audit.md)
 """
 
@@ -60,6 +60,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--check-numerics", action="store_true",
                         help="also run each program handed to Inductor on the CPU, at the example sizes and "
                              "at other sizes its dynamic dimensions allow, against eager (max error per output)")
+    parser.add_argument("--execute", action="store_true",
+                        help="compile the C++ program AOTInductor generates for each delegate and its Metal kernels "
+                             "with the host compiler, link shimkit's stand-in of ExecuTorch's Metal runtime and the "
+                             "plugins' adapters, and run the whole program on the CPU against eager, as "
+                             "--check-numerics does (Metal only)")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                         help="audit models in N worker processes, one merged report (default: the number of "
                              "cores; one model is audited in this process)")
@@ -156,6 +161,7 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
 
     from shimkit.audit.fake_mps import AuditEnvironmentError, check_torch_version
     from shimkit.audit.cache import AuditCache, default_cache_dir
+    from shimkit.audit.numerics import EXECUTE
     from shimkit.audit.parallel import audit_in_process, audit_in_workers, shard
     from shimkit.audit.report import document_of, to_json
     from shimkit.audit.runner import run_audit
@@ -164,6 +170,12 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
     from shimkit.registry import ShimkitPluginError
 
     target = TARGETS[getattr(args, "backend", "metal")]
+    execute = getattr(args, "execute", False)
+    if execute and target.device != "mps":
+        stderr.write("shimkit audit: --execute runs generated Metal programs; --backend cuda checks numerics on the "
+                     "GPU with --check-numerics\n")
+        return EXIT_INCOMPLETE
+    numerics = EXECUTE if execute else args.check_numerics
     try:
         check_torch_version()
         target.check_available()
@@ -197,15 +209,15 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
             def audit(plugins: bool) -> dict:
                 if jobs > 1 and len(specs) > 1:
                     models, interrupted = audit_in_workers(
-                        specs, plugins=plugins, check_numerics=args.check_numerics, jobs=min(jobs, len(specs)),
+                        specs, plugins=plugins, check_numerics=numerics, jobs=min(jobs, len(specs)),
                         timeout=getattr(args, "timeout", None), target=target, on_progress=progress, cache=cache)
                     return document_of(models, plugins=plugins, interrupted=interrupted, target=target)
                 if cache is not None:
-                    models, interrupted = audit_in_process(specs, plugins=plugins, check_numerics=args.check_numerics,
+                    models, interrupted = audit_in_process(specs, plugins=plugins, check_numerics=numerics,
                                                            target=target, cache=cache, on_progress=progress)
                     return document_of(models, plugins=plugins, interrupted=interrupted, target=target)
                 return to_json(run_audit(specs, plugins=plugins, on_progress=progress,
-                                         check_numerics=args.check_numerics, target=target))
+                                         check_numerics=numerics, target=target))
 
             document = audit(not args.no_plugins)
             if not args.no_plugins:

@@ -40,6 +40,11 @@ CPU = torch.device("cpu")
 TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 
 
+# ``check_numerics=EXECUTE``: the generated Metal programs themselves, compiled and run on the CPU
+# (:mod:`shimkit.metal.program`), stand in for the delegates instead of their FX graphs on ATen.
+EXECUTE = "execute"
+
+
 class NumericsUnavailable(RuntimeError):
     """The program cannot be run as captured (the message says why): the check has no verdict, and the
     model is reported ``unchecked``, never ``wrong``."""
@@ -58,8 +63,12 @@ class NumericsCheck:
 
 @dataclass
 class NumericsReport:
+    """``ran`` says what computed the delegates: ``"graph"`` (the FX programs handed to Inductor, on ATen) or
+    ``"program"`` (the generated Metal programs, executed)."""
+
     checks: list[NumericsCheck] = field(default_factory=list)
     unavailable: str | None = None
+    ran: str = "graph"
 
     @property
     def ok(self) -> bool:
@@ -243,6 +252,42 @@ class AotiCompiled:
             lines = [line for line in child.stderr.splitlines() if line.strip()]
             raise NumericsUnavailable(f"AOTInductor's compile-and-run process {died}: {' | '.join(lines[-3:])[:400]}")
         return torch.load(f"{folder}/outputs.pt")
+
+
+def executed_programs(wrapper_sources: list[str], graphs: list[fx.GraphModule], config: Any | None) -> list[Any]:
+    """The generated Metal programs, one per delegate, compiled against shimkit's Metal runtime (with ``config``'s
+    plugin adapters; ``None``: stock) and loaded, their constants taken from the CPU copies of the graphs
+    handed to Inductor. Compiled on the first call, so that lowering and compiling are timed apart."""
+    if len(wrapper_sources) != len(graphs):
+        raise NumericsUnavailable(f"{len(wrapper_sources)} generated programs for {len(graphs)} delegates")
+    return [_ExecutedProgram(source, graph, config) for source, graph in zip(wrapper_sources, graphs)]
+
+
+class _ExecutedProgram:
+    def __init__(self, source: str, graph: fx.GraphModule, config: Any | None) -> None:
+        self.source, self.graph, self.config = source, graph, config
+        self.program: Any = None
+
+    def __call__(self, *operands: Any) -> Any:
+        from shimkit.metal.library import MetalCompileError
+        from shimkit.metal.program import KernelNotCompiled, MetalProgram, Unlinkable
+
+        # What keeps the program from running here is no verdict on its numbers; what fails while it runs is.
+        try:
+            if self.program is None:
+                constants = {node.target: _attribute(self.graph, node.target)
+                             for node in self.graph.graph.find_nodes(op="get_attr")}
+                constants = {name: value for name, value in constants.items() if isinstance(value, torch.Tensor)}
+                constants.update({name.replace(".", "_"): value for name, value in list(constants.items())})
+                try:
+                    self.program = MetalProgram(self.source, constants, config=self.config)
+                except (Unlinkable, MetalCompileError) as error:
+                    raise NumericsUnavailable(f"{type(error).__name__}: {error}") from error
+                except RuntimeError as error:  # the runtime or the wrapper did not compile
+                    raise NumericsUnavailable(f"the program did not build: {error}"[-1500:]) from error
+            return self.program(*operands)
+        except KernelNotCompiled as error:
+            raise NumericsUnavailable(str(error)) from error
 
 
 def on_device(model: Callable[..., Any], device: torch.device) -> Callable[..., Any]:

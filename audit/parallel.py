@@ -39,7 +39,7 @@ def shard(specs: Sequence[str], selector: str) -> list[str]:
     return [spec for position, spec in enumerate(specs) if position % count == index - 1]
 
 
-def _audit_one(spec: str, plugins: bool, check_numerics: bool, target_name: str = METAL.name,
+def _audit_one(spec: str, plugins: bool, check_numerics: bool | str, target_name: str = METAL.name,
                cache: AuditCache | None = None) -> dict[str, Any]:
     import contextlib
     import sys
@@ -51,7 +51,7 @@ def _audit_one(spec: str, plugins: bool, check_numerics: bool, target_name: str 
                            cache=cache)
 
 
-def audit_in_process(specs: Sequence[str], *, plugins: bool, check_numerics: bool, target: Target = METAL,
+def audit_in_process(specs: Sequence[str], *, plugins: bool, check_numerics: bool | str, target: Target = METAL,
                      cache: AuditCache | None = None,
                      on_progress: Callable[[int, int, str, dict[str, Any] | None], None] | None = None,
                      ) -> tuple[list[dict[str, Any]], bool]:
@@ -91,7 +91,7 @@ def failure_entry(spec: str, failure: Failure) -> dict[str, Any]:
             "declines": [], "cached": False}
 
 
-def audit_in_workers(specs: Sequence[str], *, plugins: bool, check_numerics: bool, jobs: int,
+def audit_in_workers(specs: Sequence[str], *, plugins: bool, check_numerics: bool | str, jobs: int,
                      timeout: float | None, target: Target = METAL,
                      on_progress: Callable[[int, int, str, dict[str, Any] | None], None] | None = None,
                      cache: AuditCache | None = None) -> tuple[list[dict[str, Any]], bool]:

@@ -17,7 +17,7 @@ from shimkit.audit.runner import PHASES, AuditRun, ModelAudit
 from shimkit.audit.targets import METAL, TARGETS, Target
 
 SCHEMA_VERSION = 1  # additions since: "numerics", "declines", "cached" per model; status "wrong"; failure
-# "traceback"; summary "cached"
+# "traceback"; summary "cached"; numerics "ran"
 
 
 def upstream_provider(target: Target) -> str:
@@ -154,6 +154,7 @@ def _numerics_json(report: NumericsReport | None) -> dict[str, Any] | None:
         return None
     return {
         "ok": report.ok,
+        "ran": report.ran,
         "unavailable": report.unavailable,
         "checks": [{"sizes": c.sizes, "max_errors": c.max_errors, "ok": c.ok, "error": c.error}
                    for c in report.checks],
@@ -257,6 +258,8 @@ def render_model(model: dict[str, Any]) -> str:
         lines.append(f"  declined: {decline['op']} at {decline['where']}: {decline['reason']}")
     numerics = model["numerics"]
     if numerics is not None:
+        if numerics.get("ran") == "program":
+            lines.append("  numerics of the generated Metal program, executed on the CPU:")
         if numerics["unavailable"]:
             lines.append(f"  numerics: not checked: {numerics['unavailable']}")
         for check in numerics["checks"]:

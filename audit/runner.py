@@ -216,12 +216,13 @@ def export_model(loaded: LoadedModel) -> torch.export.ExportedProgram:
 
 
 def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = True,
-                 check_numerics: bool = False, target: Target = METAL) -> ModelAudit:
+                 check_numerics: bool | str = False, target: Target = METAL) -> ModelAudit:
     """Audit one loaded model with ``target``'s backend configured from ``config`` (a registry
     ``BackendConfig``); ``None`` audits the stock upstream backend. ``speedups=False``
     leaves out :mod:`shimkit.audit.speed` (same report, slower; for comparing the two).
     ``check_numerics`` also runs the programs handed to Inductor against eager: on the CPU for Metal,
-    compiled by AOTInductor on the GPU for CUDA (:mod:`shimkit.audit.numerics`)."""
+    compiled by AOTInductor on the GPU for CUDA (:mod:`shimkit.audit.numerics`); ``check_numerics="execute"``
+    (Metal) compiles the generated Metal programs and runs those instead (:mod:`shimkit.metal.program`)."""
     audit = ModelAudit(loaded.name, plugins=config is not None)
     clock = _PhaseClock()
     leftovers = _LoweringLeftovers()
@@ -246,7 +247,7 @@ def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = Tr
 
 
 def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, clock: _PhaseClock,
-                watch: _LoweringWatch, recorder: KernelRecorder, check_numerics: bool = False,
+                watch: _LoweringWatch, recorder: KernelRecorder, check_numerics: bool | str = False,
                 target: Target = METAL) -> None:
     from executorch.exir import to_edge_transform_and_lower
 
@@ -296,6 +297,7 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
         audit.failure = _describe_failure(error, watch)
         return
     if check_numerics:
+        executing = check_numerics == numerics_check.EXECUTE
         eager = loaded.model if loaded.model is not None else exported.module()
         if not target.fake_device:
             eager = numerics_check.on_device(eager, torch.device(target.device))
@@ -303,10 +305,18 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
             try:
                 if unavailable:
                     raise NumericsUnavailable(unavailable[0])
+                if executing:
+                    missing = sorted(n for n in recorder.calls if n not in audit.supported)
+                    if missing:
+                        raise NumericsUnavailable(f"the program cannot link without {', '.join(missing)}")
+                    assert session is not None  # --execute is refused for targets without a fake device
+                    delegates = numerics_check.executed_programs(session.wrapper_sources, delegates, config)
                 audit.numerics = numerics_check.compare(lowered.exported_program(), delegates, eager, exported,
                                                   tuple(loaded.example_inputs or exported.example_inputs[0]))
             except Exception as error:  # the check could not run: said so, never a crash of the audit
                 audit.numerics = NumericsReport(unavailable=f"{type(error).__name__}: {error}"[:500])
+            if executing:
+                audit.numerics.ran = "program"
 
 
 class _LoweringLeftovers:
@@ -377,7 +387,7 @@ class AuditRun:
 
 
 def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = None,
-              speedups: bool = True, check_numerics: bool = False, target: Target = METAL,
+              speedups: bool = True, check_numerics: bool | str = False, target: Target = METAL,
               on_progress: Callable[[int, int, str, ModelAudit | None], None] | None = None) -> AuditRun:
     """Audit each MODEL in ``specs``. ``registry`` defaults to the process-wide one; with
     ``plugins=False`` the stock backend is audited and the registry only informs fix hints.

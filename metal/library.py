@@ -58,6 +58,7 @@ class Dispatch(ctypes.Structure):
 
 _lock = threading.Lock()
 _compiled: dict[tuple[str, bool, bool, tuple[str, ...] | None], tuple[ctypes.CDLL, Translation]] = {}
+_building: dict[tuple[str, bool, bool, tuple[str, ...] | None], threading.Lock] = {}
 # Part of every library's cache key. Format 1 shared one source file name between concurrent builds, so a
 # build could compile another's half-written source into a library without kernels (seen with 12 test
 # workers); its cached libraries are never loaded again.
@@ -91,6 +92,12 @@ def compile_library(source: str, *, sanitize: bool | None = None, ucontext_fiber
     with _lock:
         if key in _compiled:
             return _compiled[key]
+        building = _building.setdefault(key, threading.Lock())
+    # One build per library at a time; different libraries compile side by side (a program's kernels).
+    with building:
+        with _lock:
+            if key in _compiled:
+                return _compiled[key]
         compiler = _compiler()
         translation = _translation(source)
         cpp = f'#include "metal_stdlib"\n{translation.cpp_for(subset)}'
@@ -116,7 +123,9 @@ def compile_library(source: str, *, sanitize: bool | None = None, ucontext_fiber
                 source_path.unlink(missing_ok=True)
             os.replace(partial, library_path)
         library = ctypes.CDLL(str(library_path))
-        _compiled[key] = (library, translation)
+        with _lock:
+            _compiled[key] = (library, translation)
+            _building.pop(key, None)
         return library, translation
 
 

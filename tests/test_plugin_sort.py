@@ -106,7 +106,7 @@ def test_the_runtime_build_gets_the_adapter_and_the_msl_source_byte_for_byte(tmp
              'extern "C" AOTITorchError shimkit_msl_elementwise(const char*, const char*, AOTITensorHandle*, int)'
              " { return 0; }\n")
     (tmp_path / "adapter.cpp").write_text(
-        stubs + generated.replace("#include <executorch/backends/aoti/common_shims.h>", ""))
+        stubs + generated.replace("#include <executorch/backends/apple/metal/runtime/shims/types.h>", ""))
     library = ctypes.CDLL(str(compile_shared_library("msl_sources", [tmp_path / "adapter.cpp"],
                                                      extra_flags=("-fvisibility=default",))))
     expected = (Path(sort_plugin.KERNEL.directory) / "sort.metal").read_bytes()

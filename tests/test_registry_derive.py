@@ -275,7 +275,8 @@ def test_the_msl_adapter_passes_each_kernels_source_and_name_through_untouched(t
     config = registry_with(Records(plugin)).backend_config("mps")
     assert "aoti_torch_mps_logaddexp_out" in [s.symbol for s in config.msl_shims]
     assert MSL_ADAPTER in config.kernel_sources
-    generated = config.msl_adapter_source().replace("#include <executorch/backends/aoti/common_shims.h>", "")
+    generated = config.msl_adapter_source().replace(
+        "#include <executorch/backends/apple/metal/runtime/shims/types.h>", "")
     (tmp_path / "adapter.cpp").write_text(ADAPTER_STUBS + generated)
     library = ctypes.CDLL(str(compile_shared_library("msl_adapter", [tmp_path / "adapter.cpp"],
                                                      extra_flags=("-fvisibility=default",))))

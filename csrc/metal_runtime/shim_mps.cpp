@@ -348,6 +348,9 @@ void shimkit_runtime_set_resolver(runtime::Resolver resolve) { runtime::resolver
 
 const char* shimkit_runtime_last_error() { return runtime::last_error.c_str(); }
 
+// Kernels that report through their own channel (the CPU fallbacks) record their failures here too.
+void shimkit_runtime_record_failure(const char* message) { runtime::set_last_error(message ? message : ""); }
+
 // The first failure since the last call ("" if none), and forgets it.
 size_t shimkit_runtime_take_failure(char* message, size_t size) {
   std::lock_guard<std::mutex> lock(runtime::failure_mutex);

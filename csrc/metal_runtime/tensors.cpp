@@ -11,6 +11,7 @@
 
 #include <executorch/backends/aoti/common_shims.h>
 #include <executorch/backends/apple/metal/runtime/shims/memory.h>
+#include <executorch/backends/apple/metal/runtime/shims/tensor_attribute.h>
 
 #include <algorithm>
 #include <climits>
@@ -329,10 +330,6 @@ AOTITorchError aoti_torch_get_storage_size(Tensor* tensor, int64_t* ret_size) {
   });
 }
 
-AOTITorchError aoti_torch_get_device_type(Tensor* tensor, int32_t* ret_device_type) {
-  return guarded(__func__, [&] { *ret_device_type = find(tensor, __func__).device_type; });
-}
-
 AOTITorchError aoti_torch_get_device_index(Tensor* tensor, int32_t* ret_device_index) {
   return guarded(__func__, [&] { *ret_device_index = find(tensor, __func__).device_index; });
 }
@@ -346,7 +343,6 @@ AOTITorchError aoti_torch_get_numel(Tensor* tensor, int64_t* ret_numel) {
 }
 
 int32_t aoti_torch_device_type_cpu() { return kCpu; }
-int32_t aoti_torch_device_type_mps() { return kMps; }
 int32_t aoti_torch_layout_strided() { return 0; }
 int32_t aoti_torch_dtype_float32() { return 6; }
 int32_t aoti_torch_dtype_bfloat16() { return 15; }
@@ -473,6 +469,12 @@ AOTITorchError aoti_torch_new_tensor_handle(Tensor* orig_handle, Tensor** new_ha
 }
 
 void cleanup_memory() {}
+
+int32_t aoti_torch_device_type_mps() { return kMps; }
+
+AOTITorchError aoti_torch_get_device_type(AOTITensorHandle tensor, int32_t* ret_device_type) {
+  return guarded(__func__, [&] { *ret_device_type = find(tensor, __func__).device_type; });
+}
 
 }  // extern "C"
 

@@ -35,6 +35,7 @@ KERNEL = Kernel(
     name="addmm",
     directory=str(Path(__file__).resolve().parent / "kernel"),
     runtime_sources=("addmm_plan.cpp", "addmm_metal.mm", "addmm_shim_mps.mm"),
+    standin_sources=("addmm_reference.cpp", "addmm_shim_standin.cpp"),
     host_sources=("addmm_plan.cpp", "addmm_reference.cpp", "addmm_bindings.cpp", "addmm_shim_reference.cpp"),
     entry_points=("addmm_plan", "addmm_reference", "shimkit_ref_addmm_out", "shimkit_ref_last_error"),
     links_libtorch=True,

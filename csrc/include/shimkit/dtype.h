@@ -25,6 +25,25 @@ std::string scalar_type_name(int32_t code);
 const char* dtype_name(DType dtype);
 std::size_t element_size(DType dtype);
 
+// The MSL scalar type that holds a c10 scalar-type code, as MSL kernels name their variants
+// (sort_stable_half), or nullptr for a type no MSL kernel is instantiated for: the same nine as
+// shimkit.metal.MSL_TYPES. Inline because the Metal adapters that use it are built without the SDK
+// sources (Kernel(uses_sdk=False)).
+inline const char* msl_type_name(int32_t scalar_type) {
+  switch (scalar_type) {
+    case 0: return "uchar";
+    case 1: return "char";
+    case 2: return "short";
+    case 3: return "int";
+    case 4: return "long";
+    case 5: return "half";
+    case 6: return "float";
+    case 11: return "bool";
+    case 15: return "bfloat";
+    default: return nullptr;
+  }
+}
+
 // Round-to-nearest-even, as torch converts; NaN stays NaN (quiet), overflow becomes inf.
 uint16_t float_to_bfloat16_bits(float value);
 float bfloat16_bits_to_float(uint16_t bits);

@@ -12,32 +12,11 @@
 #include <cstdio>
 
 #include "addmm_shim.h"
+#include "shimkit/aoti_accessors.h"
 
 namespace shimkit {
 namespace addmm {
 namespace {
-
-struct LibtorchApi {
-  using Handle = AtenTensorHandle;
-  static int32_t get_data_ptr(Handle h, void** out) { return aoti_torch_get_data_ptr(h, out); }
-  static int32_t get_dim(Handle h, int64_t* out) { return aoti_torch_get_dim(h, out); }
-  static int32_t get_sizes(Handle h, int64_t** out) { return aoti_torch_get_sizes(h, out); }
-  static int32_t get_strides(Handle h, int64_t** out) { return aoti_torch_get_strides(h, out); }
-  static int32_t get_dtype(Handle h, int32_t* out) { return aoti_torch_get_dtype(h, out); }
-  static int32_t get_storage_offset(Handle h, int64_t* out) {
-    return aoti_torch_get_storage_offset(h, out);
-  }
-  static int32_t get_device(Handle h, Device* out) {
-    int32_t type = 0, index = 0;
-    if (aoti_torch_get_device_type(h, &type) != AOTI_TORCH_SUCCESS ||
-        aoti_torch_get_device_index(h, &index) != AOTI_TORCH_SUCCESS) {
-      return AOTI_TORCH_FAILURE;
-    }
-    out->type = static_cast<DeviceType>(type);
-    out->index = index;
-    return AOTI_TORCH_SUCCESS;
-  }
-};
 
 struct ReferenceDevice {
   static Status run(const Plan& plan, const Operands& ops) { return run_reference(plan, ops); }
@@ -55,7 +34,7 @@ __attribute__((visibility("default"))) AOTITorchError shimkit_ref_addmm_out(
   using namespace shimkit::addmm;
   auto code = shimkit::aoti::run_shim(
       "shimkit_ref_addmm_out",
-      [&] { return addmm_out<LibtorchApi, ReferenceDevice>(out, self, mat1, mat2, beta, alpha); },
+      [&] { return addmm_out<shimkit::aoti::AccessorApi, ReferenceDevice>(out, self, mat1, mat2, beta, alpha); },
       // libtorch's own shims report failures on stderr; do the same.
       [](const std::string& message) { std::fprintf(stderr, "%s\n", message.c_str()); });
   return code == shimkit::StatusCode::kOk ? AOTI_TORCH_SUCCESS : AOTI_TORCH_FAILURE;

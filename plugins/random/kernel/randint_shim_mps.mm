@@ -6,14 +6,12 @@
 // The seeds come from one process-wide std::mt19937_64, seeded once from std::random_device: like an
 // unseeded generator, every run draws differently (the runtime has no manual_seed to honour).
 //
-// NOT COMPILED OR RUN ON LINUX, and not built or run by shimkit's CI (no Mac was available): it is written
-// against executorch/backends/apple/metal/runtime's ETMetalShaderLibrary, the pattern of the runtime's own
-// shims and of plugins/nonzero. The MSL source is the string the registry-generated adapter file defines
-// (shimkit config mps --msl-adapter FILE).
-#if __has_include(<executorch/backends/apple/metal/runtime/shims/et_metal.h>)
-
-#include <executorch/backends/aoti/common_shims.h>
+// Compiled and run on Linux against the Metal runtime stand-in in csrc/metal_runtime
+// (tests/test_metal_runtime_adapters.py). The MSL source is the string the registry-generated adapter file
+// defines (shimkit config mps --msl-adapter FILE).
 #include <executorch/backends/apple/metal/runtime/shims/et_metal.h>
+#include <executorch/backends/apple/metal/runtime/shims/types.h>
+#include <executorch/runtime/platform/log.h>
 
 #include <cstdint>
 #include <memory>
@@ -23,11 +21,11 @@
 
 extern "C" const char shimkit_msl_source_randint[];
 
+// In the runtime's namespace, as its own shims: AOTITensorHandle, Tensor, ETMetalShaderLibrary.
+namespace executorch {
+namespace backends {
+namespace metal {
 namespace {
-
-namespace metal_api = executorch::backends::metal;
-using executorch::runtime::Error;
-using ETensor = executorch::runtime::etensor::Tensor;
 
 constexpr int32_t kLong = 4;
 
@@ -51,7 +49,7 @@ extern "C" AOTITorchError aoti_torch_mps_randint_low_out(AOTITensorHandle out, i
            ">= to=%lld", static_cast<long long>(low), static_cast<long long>(high));
     return Error::InvalidArgument;
   }
-  auto* result = reinterpret_cast<ETensor*>(out);
+  Tensor* result = out;
   if (static_cast<int32_t>(result->scalar_type()) != kLong) {
     ET_LOG(Error, "aoti_torch_mps_randint_low_out: out must be int64 (Inductor's seeds), got dtype %d",
            static_cast<int>(result->scalar_type()));
@@ -78,8 +76,7 @@ extern "C" AOTITorchError aoti_torch_mps_randint_low_out(AOTITensorHandle out, i
   if (numel == 0) {
     return Error::Ok;
   }
-  static std::unique_ptr<metal_api::ETMetalShaderLibrary> library(
-      new metal_api::ETMetalShaderLibrary(std::string(shimkit_msl_source_randint)));
+  static std::unique_ptr<ETMetalShaderLibrary> library(new ETMetalShaderLibrary(shimkit_msl_source_randint));
   auto kernel = library->getKernelFunction("randint_low_out_long");
   if (!kernel) {
     ET_LOG(Error, "aoti_torch_mps_randint_low_out: the MSL library has no randint_low_out_long");
@@ -97,4 +94,6 @@ extern "C" AOTITorchError aoti_torch_mps_randint_low_out(AOTITensorHandle out, i
   return Error::Ok;
 }
 
-#endif
+}  // namespace metal
+}  // namespace backends
+}  // namespace executorch

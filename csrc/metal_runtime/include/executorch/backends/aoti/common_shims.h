@@ -32,13 +32,11 @@ AOTI_SHIM_EXPORT AOTITorchError aoti_torch_get_strides(Tensor* tensor, int64_t**
 AOTI_SHIM_EXPORT AOTITorchError aoti_torch_get_dtype(Tensor* tensor, int32_t* ret_dtype);
 AOTI_SHIM_EXPORT AOTITorchError aoti_torch_get_sizes(Tensor* tensor, int64_t** ret_sizes);
 AOTI_SHIM_EXPORT AOTITorchError aoti_torch_get_storage_size(Tensor* tensor, int64_t* ret_size);
-AOTI_SHIM_EXPORT AOTITorchError aoti_torch_get_device_type(Tensor* tensor, int32_t* ret_device_type);
 AOTI_SHIM_EXPORT AOTITorchError aoti_torch_get_device_index(Tensor* tensor, int32_t* ret_device_index);
 AOTI_SHIM_EXPORT AOTITorchError aoti_torch_get_dim(Tensor* tensor, int64_t* ret_dim);
 AOTI_SHIM_EXPORT AOTITorchError aoti_torch_get_numel(Tensor* tensor, int64_t* ret_numel);
 
 AOTI_SHIM_EXPORT int32_t aoti_torch_device_type_cpu();
-AOTI_SHIM_EXPORT int32_t aoti_torch_device_type_mps();
 AOTI_SHIM_EXPORT int32_t aoti_torch_layout_strided();
 AOTI_SHIM_EXPORT int32_t aoti_torch_dtype_float32();
 AOTI_SHIM_EXPORT int32_t aoti_torch_dtype_bfloat16();

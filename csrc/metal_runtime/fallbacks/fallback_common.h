@@ -1,0 +1,144 @@
+// What every CPU fallback of the Linux Metal runtime shares: reading AOTI tensor handles, the checks
+// the upstream Metal ops make, allocating results and the C-ABI wrapper.
+//
+// The fallbacks are compiled against torch's AOTI C accessor API (aoti_torch/c/shim.h) and nothing
+// else from torch, because two implementations of that API link with them: libtorch's (tests, over
+// at::Tensor*) and shimkit's Linux Metal runtime (over ExecuTorch tensors). Only the accessors named
+// in that header's first half are used: data pointer, rank, sizes, strides, dtype, device, empty_strided
+// and delete. Memory is read directly, so a tensor must live in host-addressable memory: the CPU, or
+// the Linux runtime's "mps" buffers, which are host memory.
+#pragma once
+
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shimkit/aoti_adapter.h"
+#include "shimkit/dtype.h"
+#include "shimkit/status.h"
+#include "shimkit/tensor_view.h"
+
+namespace shimkit {
+namespace metal_fallbacks {
+
+// One tensor argument as read through the accessors. `view.dtype` is meaningful only when
+// `is_float`; integer tensors are read through `view.data` and the strides directly.
+struct Arg {
+  std::string name;
+  int32_t code = 0;  // the scalar-type code aoti_torch_get_dtype returned
+  bool is_float = false;
+  TensorView view;
+
+  int64_t dim() const { return view.dim(); }
+  int64_t size(int64_t d) const { return view.sizes[static_cast<std::size_t>(d)]; }
+  int64_t stride(int64_t d) const { return view.strides[static_cast<std::size_t>(d)]; }
+  int64_t numel() const { return view.numel(); }
+  // ATen's is_contiguous: dense row-major, dimensions of size 1 may have any stride.
+  bool contiguous() const;
+  // "bfloat16[3, 4] strides [1, 3]", with the real dtype name for integer tensors too.
+  std::string describe() const;
+  float load(int64_t offset) const { return load_float(view.data, view.dtype, offset); }
+  void store(int64_t offset, float value) const { store_float(view.data, view.dtype, offset, value); }
+};
+
+// Reads a required handle (null is an error naming `name`).
+Status read_arg(AtenTensorHandle handle, const char* name, Arg* arg);
+// Reads an optional `AtenTensorHandle*` argument: absent when the pointer or the handle is null.
+Status read_optional_arg(const AtenTensorHandle* handle, const char* name, Arg* arg, bool* present);
+
+// The dtype codes, from the API's own constants (libtorch's and the runtime's agree on c10's values).
+int32_t float32_code();
+int32_t bfloat16_code();
+int32_t float16_code();
+int32_t int64_code();
+int32_t int32_code();
+int32_t uint8_code();
+
+std::string dtype_text(int32_t code);
+
+// "x has dtype float16; accepted: float32, bfloat16 (<why>)"
+Status require_dtype(const Arg& arg, std::initializer_list<int32_t> accepted, const char* why);
+// The float32/bfloat16 pair every upstream Metal op here is limited to.
+Status require_metal_float(const Arg& arg);
+Status require_same_dtype(const Arg& arg, const Arg& reference);
+Status require_rank(const Arg& arg, int64_t rank, const char* what);
+// Where upstream feeds a buffer as dense row-major and refuses (or cannot read) anything else.
+Status require_contiguous(const Arg& arg, const char* why);
+// Several output elements sharing one address (an expanded `out`) cannot be written.
+Status require_writable(const Arg& arg);
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+
+// A result tensor the fallback allocated: deleted on destruction unless released to the caller, so
+// a fallback that fails after allocating leaks nothing and hands out nothing.
+class Result {
+ public:
+  Result() = default;
+  Result(const Result&) = delete;
+  Result& operator=(const Result&) = delete;
+  ~Result();
+
+  Arg arg;
+  AtenTensorHandle release() { return std::exchange(handle_, nullptr); }
+
+ private:
+  friend Status allocate(const Arg&, const std::vector<int64_t>&, int32_t, const char*, Result*);
+  AtenTensorHandle handle_ = nullptr;
+};
+
+// A contiguous tensor of `sizes` and `dtype` on `device_of`'s device, as the upstream ops allocate
+// theirs (on the device of their first input).
+Status allocate(const Arg& device_of, const std::vector<int64_t>& sizes, int32_t dtype, const char* name,
+                Result* result);
+
+// Visits every element of a view in row-major order of its index, with its offset in elements.
+template <class Fn>
+void for_each_index(const std::vector<int64_t>& sizes, Fn&& fn) {
+  int64_t count = 1;
+  for (int64_t size : sizes) count *= size;
+  if (count == 0) return;
+  std::vector<int64_t> index(sizes.size(), 0);
+  for (int64_t linear = 0; linear < count; ++linear) {
+    fn(linear, index);
+    for (std::size_t d = sizes.size(); d-- > 0;) {
+      if (++index[d] < sizes[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+inline int64_t offset_of(const std::vector<int64_t>& index, const std::vector<int64_t>& strides) {
+  int64_t offset = 0;
+  for (std::size_t d = 0; d < index.size(); ++d) offset += index[d] * strides[d];
+  return offset;
+}
+
+// The elements of a float tensor as float32, in row-major order of its index.
+std::vector<float> load_dense(const Arg& arg);
+// Writes row-major `values` into `arg` (any strides), rounding once to its dtype.
+void store_dense(const Arg& arg, const std::vector<float>& values);
+
+// Where a failure goes besides the last error: the Linux Metal runtime keeps a program's first failure
+// for the host to report (shim_mps.cpp defines it); a build without the runtime (the tests over
+// libtorch) has none.
+extern "C" __attribute__((weak)) void shimkit_runtime_record_failure(const char* message);
+
+// Runs `body` behind the C ABI: no exception escapes, a failure is recorded as the last error
+// ("<symbol>: <message>", read with shimkit_metal_fallback_last_error) and returned as nonzero.
+template <class Body>
+AOTITorchError run(const char* symbol, Body&& body) noexcept {
+  const StatusCode code = aoti::run_shim(symbol, body, [](const std::string& message) {
+    if (shimkit_runtime_record_failure != nullptr) shimkit_runtime_record_failure(message.c_str());
+  });
+  return code == StatusCode::kOk ? AOTI_TORCH_SUCCESS : AOTI_TORCH_FAILURE;
+}
+
+inline Status invalid(std::string message) { return Status::invalid_argument(std::move(message)); }
+inline Status unsupported(std::string message) { return Status::unsupported(std::move(message)); }
+
+}  // namespace metal_fallbacks
+}  // namespace shimkit

@@ -1,0 +1,109 @@
+"""Whole Metal programs on Linux (shimkit.metal.program, csrc/metal_runtime): the C++ wrapper AOTInductor
+generates for ExecuTorch's MetalBackend, compiled and run on the CPU against eager."""
+
+import ctypes
+import re
+import textwrap
+
+import pytest
+import torch
+
+from shimkit.audit.loader import load_model
+from shimkit.audit.numerics import EXECUTE
+from shimkit.audit.runner import audit_loaded
+from shimkit.metal import program
+
+SHIM_MPS = program.TORCH_INCLUDE / "torch" / "csrc" / "inductor" / "aoti_torch" / "c" / "shim_mps.h"
+
+
+@pytest.fixture(scope="module")
+def stock_runtime():
+    """The runtime without plugin adapters (what a stock audit links)."""
+    path = program.runtime_library(None)
+    return program.load_runtime(path)
+
+
+def test_every_function_of_torchs_mps_abi_is_implemented(stock_runtime):
+    declared = sorted(set(re.findall(r"\b(aoti_torch_mps_\w+)\s*\(", SHIM_MPS.read_text())))
+    assert len(declared) >= 15, declared  # the header's functions were found
+    missing = [name for name in declared if not hasattr(stock_runtime, name)]
+    assert not missing, f"torch's shim_mps.h declares {missing}, which csrc/metal_runtime does not implement"
+
+
+def _write_model(tmp_path, body):
+    path = tmp_path / "model.py"
+    path.write_text("import torch\n" + textwrap.dedent(body))
+    return str(path)
+
+
+def _execute(spec, *, plugins):
+    from shimkit.backend import get_registry
+
+    config = get_registry().backend_config("mps") if plugins else None
+    return audit_loaded(load_model(spec), config=config, check_numerics=EXECUTE)
+
+
+def test_inductors_reduction_and_elementwise_kernels_run_as_a_whole_program(tmp_path, stock_runtime):
+    spec = _write_model(tmp_path, """
+        class Model(torch.nn.Module):
+            def forward(self, x, y):
+                return torch.softmax(x * 2 + y, -1).sum(0), x.cos() + 1
+
+        def make():
+            batch = torch.export.Dim("batch", min=1, max=16)
+            return Model(), (torch.randn(4, 64), torch.randn(4, 64)), {"x": {0: batch}, "y": {0: batch}}
+    """) + ":make"
+    before = stock_runtime.shimkit_runtime_live_tensors()
+    audit = _execute(spec, plugins=False)
+    assert audit.status == "clean", (audit.failure, audit.numerics)
+    assert audit.numerics.ran == "program"
+    # the example size, both bounds and one past the example: the program is not baked to one size
+    assert {tuple(c.sizes.values()) for c in audit.numerics.checks} == {(4,), (1,), (16,), (5,)}
+    assert all(max(c.max_errors) < 1e-5 for c in audit.numerics.checks)
+    assert stock_runtime.shimkit_runtime_live_tensors() == before  # every output and temporary was freed
+
+
+def test_a_wrong_kernel_result_is_reported_wrong_naming_the_output(tmp_path, monkeypatch):
+    spec = _write_model(tmp_path, """
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                return x.exp(), x.sin()
+
+        def make():
+            return Model(), (torch.randn(8, 32),)
+    """) + ":make"
+    original = program.MetalProgram.__call__
+
+    def second_output_off(self, *inputs):
+        outputs = original(self, *inputs)
+        return [outputs[0], outputs[1] + 0.5]
+
+    monkeypatch.setattr(program.MetalProgram, "__call__", second_output_off)
+    audit = _execute(spec, plugins=False)
+    assert audit.status == "wrong"
+    assert "output 1" in audit.numerics.checks[0].error
+
+
+def test_a_missing_symbol_is_named(stock_runtime):
+    source = 'extern "C" int aoti_torch_mps_no_such_kernel(); int use() { return aoti_torch_mps_no_such_kernel(); }'
+    with pytest.raises(program.Unlinkable, match="aoti_torch_mps_no_such_kernel"):
+        program.compile_wrapper(source, program.runtime_library(None))
+
+
+def test_the_runtime_refuses_handles_it_did_not_make(stock_runtime):
+    stranger = ctypes.c_void_p(12345)
+    assert stock_runtime.aoti_torch_delete_tensor_object(stranger) != 0
+    assert "aoti_torch_delete_tensor_object" in program.take_failure(stock_runtime)
+    assert program.take_failure(stock_runtime) == ""  # taken once
+
+
+def test_tensor_handles_round_trip_strided_tensors(stock_runtime):
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    view = base.t()
+    handle = program.tensor_handle(stock_runtime, view)
+    try:
+        copy = program.tensor_from_handle(stock_runtime, handle)
+    finally:
+        stock_runtime.aoti_torch_delete_tensor_object(handle)
+    assert copy.stride() == view.stride()
+    assert torch.equal(copy, view)
