@@ -311,6 +311,7 @@ class MetalProgram:
         self.runtime = load_runtime(self.runtime_path)
         self.path = _build_side_by_side(wrapper_source, self.runtime_path)
         self.library = ctypes.CDLL(str(self.path))
+        take_failure(self.runtime)
         self._container = ctypes.c_void_p()
         self._check(self.library.AOTInductorModelContainerCreateWithDevice(
             ctypes.byref(self._container), ctypes.c_size_t(1), b"mps", None), "creating the model")
@@ -368,6 +369,7 @@ class MetalProgram:
         handles = (ctypes.c_void_p * max(len(kept), 1))(*[tensor_handle(self.runtime, t) for t in kept])
         outputs = (ctypes.c_void_p * max(self.num_outputs, 1))()
         _compile_failures.message = None
+        take_failure(self.runtime)  # a failure left by something else using the runtime is not this run's
         code = self.library.AOTInductorModelContainerRun(
             self._container, handles, ctypes.c_size_t(len(kept)), outputs, ctypes.c_size_t(self.num_outputs),
             None, None)  # the inputs' handles are the program's now

@@ -15,7 +15,6 @@ from shimkit.passes.base import PassContext, ShimkitPass
 from shimkit.registry import OpPlugin, PassSpec, Shim, hookimpl
 
 BMM = "aten::bmm.default"
-_FORCE = torch.ops.prims.inductor_force_stride_order.default
 _FORCED = "shimkit_dense_bmm_operands"
 
 
@@ -26,6 +25,8 @@ class DenseBmmOperands(ShimkitPass):
     name = "dense_bmm_operands"
 
     def transform(self, graph: fx.Graph, context: PassContext) -> bool:
+        # Registered by Inductor, which runs this pass: looked up here, not when the plugin loads.
+        force = torch.ops.prims.inductor_force_stride_order.default
         modified = False
         for node in graph.find_nodes(op="call_function", target=torch.ops.aten.bmm.default):
             for operand in node.args[:2]:
@@ -33,13 +34,13 @@ class DenseBmmOperands(ShimkitPass):
                 # Also when the graph's value is contiguous: Inductor may lay a buffer out in another order
                 # (seen: a contiguous bmm operand written transposed). On one already laid out
                 # contiguously the forced order costs nothing.
-                if not isinstance(value, torch.Tensor) or node.meta.get(_FORCED) or operand.target is _FORCE:
+                if not isinstance(value, torch.Tensor) or node.meta.get(_FORCED) or operand.target is force:
                     continue
                 # Inductor lowers clone's memory format away and lays the copy out as it likes (seen:
                 # transposed again); forcing the stride order is what its own extern kernels use.
                 dense_value = value.clone(memory_format=torch.contiguous_format)
                 with graph.inserting_before(node):
-                    dense = graph.call_function(_FORCE, (operand, list(dense_value.stride())))
+                    dense = graph.call_function(force, (operand, list(dense_value.stride())))
                 dense.meta["val"] = dense_value
                 node.replace_input_with(operand, dense)
                 modified = True

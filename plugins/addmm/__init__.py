@@ -15,8 +15,10 @@ and never calls an addmm kernel there. Its rules, shared with the kernel and wit
 
 On mps the plugin ships its own ``aoti_torch_mps_addmm_out`` (the ``kernel/`` folder beside this file): a
 portable plan (validation, layouts, graph-cache key) plus an MPSGraph implementation, compiled by
-ExecuTorch's Metal runtime build from the kernel's ``runtime_sources``. The Metal sources are NOT compiled
-or run on Linux, and have not been run on a Mac by shimkit's CI. The kernel's host module (its
+ExecuTorch's Metal runtime build from the kernel's ``runtime_sources``. Those Objective-C++ sources are
+compiled only where ``__OBJC__`` is defined and have not been run on a Mac by shimkit's CI; in whole programs
+on Linux (``shimkit audit --execute``) ``standin_sources`` provide the symbol: the same adapter body over the
+reference kernel. The kernel's host module (its
 ``host_sources``) runs the same plan with a reference kernel on any machine, through pybind11 and as
 the c-shim ``shimkit_ref_addmm_out`` over real AtenTensorHandles (see docs/kernels.md).
 """

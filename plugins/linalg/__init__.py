@@ -38,7 +38,7 @@ completed basis of a non-square one is not unique): declined, not different, els
 
 The kernels (``kernel/*.metal``, one thread per matrix or per right-hand side: the small, batched matrices
 models carry) run on Linux through ``shimkit.metal`` against ``torch.linalg``; ``kernel/linalg_shim_mps.mm``
-dispatches them on ExecuTorch's Metal runtime (not compiled or run here: no Mac). Only float32, like
+dispatches them on ExecuTorch's Metal runtime (on Linux, inside whole programs: ``shimkit audit --execute``). Only float32, like
 PyTorch's own mps linear algebra. On the CPU the ops are ``torch.linalg`` itself, so each decomposition is
 checked against ATen with the kernels' reference semantics, and each kernel against that reference.
 """

@@ -8,7 +8,7 @@ stable by construction, ATen's NaN order) dispatched by ``kernel/sort_shim_mps.m
 checks it on Linux against ``torch.sort(stable=True)`` in every dtype it declares).
 
 Every sort is stable: a non-stable request is a stable one that happens to agree with what any sort
-may return. The Metal side is NOT compiled or run on Linux (docs/kernels.md); the MSL it runs is.
+may return. The adapter runs on Linux inside whole programs (``shimkit audit --execute``; docs/metal.md).
 """
 
 from __future__ import annotations
