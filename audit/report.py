@@ -249,7 +249,8 @@ def render_model(model: dict[str, Any]) -> str:
         label = {"limitation": "audit limitation (lowering ran real work on the fake mps device)",
                  "interrupted": "interrupted (the models after it were not audited)"}.get(
                      failure["kind"], "audit could not run")
-        lines.append(f"  {label}, during {failure['phase']}: {failure['message']}")
+        message = failure["message"].replace("\n", "\n      ")
+        lines.append(f"  {label}, during {failure['phase']}: {message}")
         if failure["op"]:
             lines.append(f"    op {failure['op']}")
         if failure["node"]:

@@ -189,8 +189,14 @@ def _watch_lowering(patches: ScopedPatches, backend_cls: Any, clock: _PhaseClock
     patches.replace(torch.fx.Interpreter, "run_node", run_node)
 
 
+_MESSAGE_LIMIT = 4000
+
+
 def _describe_failure(error: BaseException, watch: _LoweringWatch) -> Failure:
-    text = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    # Whole: the answer is often past the first line (SpecViolationError lists the operators after a colon).
+    text = "\n".join(line.rstrip() for line in str(error).strip().splitlines() if line.strip())
+    if len(text) > _MESSAGE_LIMIT:
+        text = f"{text[:_MESSAGE_LIMIT]} ... ({len(text) - _MESSAGE_LIMIT} more characters in the traceback)"
     message = f"{type(error).__name__}: {text}"
     chain = [error]
     while (cause := chain[-1].__cause__ or chain[-1].__context__) is not None:
@@ -203,7 +209,7 @@ def _describe_failure(error: BaseException, watch: _LoweringWatch) -> Failure:
         op = node.target
     return Failure(
         kind="limitation" if real_work and watch.current_phase in _ON_FAKE_DEVICE else "error",
-        phase=watch.current_phase, message=message[:500], op=op, node=node,
+        phase=watch.current_phase, message=message, op=op, node=node,
         traceback="".join(traceback.format_exception(error)))
 
 

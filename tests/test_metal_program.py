@@ -107,3 +107,4 @@ def test_tensor_handles_round_trip_strided_tensors(stock_runtime):
         stock_runtime.aoti_torch_delete_tensor_object(handle)
     assert copy.stride() == view.stride()
     assert torch.equal(copy, view)
+
