@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs the kernel test suite (tests/test_kernel_*.py) and shimkit.metal's executor tests (semantics,
+# Runs the kernel test suite (tests/test_kernel_*.py), shimkit.metal's executor tests (semantics,
 # PyTorch's Metal-library tests, MLX's convention and mlx-lm's kernels, the sort plugin's MSL kernel: their
-# kernels built with the sanitizers too) under AddressSanitizer and
+# kernels built with the sanitizers too) and whole generated Metal programs (tests/test_metal_program*.py:
+# the stand-in runtime and every plugin's adapter built with the sanitizers, shimkit.metal.program) under
+# AddressSanitizer and
 # UndefinedBehaviorSanitizer:
 #   bash csrc/sanitize.sh [PYTEST ARGS]
 # Builds shimkit._C and every registered kernel's host module (shimkit.testing.kernels) with
@@ -29,4 +31,4 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 cd "$ROOT"
 exec "$PY" -m pytest -q -p no:cacheprovider tests/test_kernel_*.py tests/test_metal_semantics.py tests/test_metal_fiber_switch.py \
   tests/test_metal_torch_ports.py tests/test_metal_mlx_convention.py tests/test_metal_mlx_lm_kernels.py \
-  tests/test_plugin_sort.py "$@"
+  tests/test_plugin_sort.py tests/test_metal_program.py tests/test_metal_program_adapters.py "$@"

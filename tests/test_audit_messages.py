@@ -2,7 +2,6 @@
 
 import textwrap
 
-import torch
 
 from shimkit.audit.loader import load_model
 from shimkit.audit.report import render_text, to_json
