@@ -2,7 +2,6 @@
 
 import textwrap
 
-
 from shimkit.audit.loader import load_model
 from shimkit.audit.report import render_text, to_json
 from shimkit.audit.runner import AuditRun, audit_loaded
