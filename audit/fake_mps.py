@@ -454,6 +454,16 @@ def fake_mps_lowering(backend_cls: Any | None = None) -> Iterator[FakeMpsSession
                 return original_get_attr(self, target, args, kwargs)
 
         patches.replace(inductor_graph.GraphLowering, "get_attr", get_attr)
+
+        # A constant's value is readable on a Mac (a pass may inline a 0-d constant as a scalar); on the fake
+        # device it is the real value behind it. Other fake tensors keep fake semantics.
+        original_item = fake_tensor_cls.item
+
+        def item(tensor):
+            real = session.real_values.find(tensor)
+            return real.item() if real is not None else original_item(tensor)
+
+        patches.replace(fake_tensor_cls, "item", item)
         patches.replace(inductor_graph, "is_same_tensor", _same_fake_storage(inductor_graph.is_same_tensor))
 
         patches.replace(torch.backends.mps, "get_core_count", lambda: FAKE_MPS_CORE_COUNT)

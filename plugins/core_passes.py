@@ -10,6 +10,7 @@ without an addmm shim.
 from __future__ import annotations
 
 from shimkit.passes import AddmmPolicy, DecomposeInPlace, DecomposeLinear, ReplaceViewCopyWithView
+from shimkit.passes.scalar_constants import InlineScalarConstants
 from shimkit.registry import PassSpec, hookimpl
 
 
@@ -41,6 +42,14 @@ def shimkit_passes():
         factory=DecomposeInPlace.from_capabilities,
         before=("view_copy_to_view",),
         doc="Each op without a shim on the device but with a plugin decomposition, decomposed in place.",
+    )
+    yield PassSpec(
+        name="inline_scalar_constants",
+        factory=lambda capabilities: InlineScalarConstants(),
+        devices=("mps",),
+        before=("view_copy_to_view",),
+        doc="0-d tensor constants ExecuTorch made of scalar operands (x / 5.66) turned back into scalars, so that "
+            "Inductor's attention patterns get a number for their scale.",
     )
     yield PassSpec(
         name="view_copy_to_view",

@@ -12,13 +12,6 @@ from shimkit.audit import run_audit, to_json
 from shimkit.audit.cli import configure_parser, run
 from shimkit.audit.suites import TRANSFORMERS_FAMILIES, SuiteError, build, suite_models
 
-SWIN_REGRESSION = (
-    "transformers/swin audits clean stock and fails with shimkit: once view_copy becomes view, Inductor's "
-    "fuse_attention pattern 5 matches the attention and binds ExecuTorch's scalar-to-tensor constant as its "
-    "inv_scale, so its replacement calls scaled_dot_product_attention with a tensor scale (a real Mac runs the "
-    "same pattern matcher). Found by this suite; not fixed yet (see docs/audit.md)")
-
-
 def test_suite_arguments_select_families():
     assert suite_models("transformers:*bert") == ["transformers/bert", "transformers/distilbert",
                                                   "transformers/albert"]
@@ -42,9 +35,10 @@ def test_models_are_built_small_and_seeded_without_touching_the_callers_rng():
     assert first(*inputs).shape == (1, 8, 32)
 
 
+# swin: clean stock, and failed with shimkit until inline_scalar_constants (Inductor's fuse_attention pattern 5
+# bound ExecuTorch's 0-d divisor constant as its scale once view_copy became view).
 @pytest.mark.parametrize("family, stock", [("bert", "clean"), ("llama", "missing"), ("whisper", "missing"),
-                                           pytest.param("swin", "clean", marks=pytest.mark.xfail(
-                                               strict=True, reason=SWIN_REGRESSION))])
+                                           ("swin", "clean")])
 def test_suite_models_audit_clean_with_shimkit_and_never_worse_than_stock(family, stock):
     spec = f"transformers/{family}"
     (stock_model,) = to_json(run_audit([spec], plugins=False))["models"]

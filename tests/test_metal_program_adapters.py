@@ -1,0 +1,479 @@
+"""Every runtime adapter the op plugins ship, run inside a whole generated Metal program (shimkit.metal.program,
+``shimkit audit --execute``) and, under ``csrc/sanitize.sh``, inside a runtime built with ASan and UBSan.
+
+One small model per adapter, whose lowered program calls that adapter's c-shim, audited with the default
+registry's mps configuration: the audit must record the kernel and the executed program must agree with eager.
+Where no program can reach an adapter as things stand, the test says why and calls the adapter directly in
+the same runtime library the programs link (still under the sanitizers):
+
+* random numbers (``aoti_torch_mps_randint_low_out``: the seeds of Inductor's Philox code) cannot equal eager's:
+  the program is run again directly and its samples are checked by their properties;
+* ``aoti_torch_mps_nonzero``: every program that calls it reads the data-dependent row count through
+  ``aoti_torch_get_size``, which ExecuTorch's Metal runtime (upstream ``backends/aoti/common_shims.h``) and so
+  the stand-in lack: the program cannot link. It runs here with a test-only accessor added to the runtime;
+* the MSL elementwise adapter (``csrc/msl/msl_elementwise.mm`` and the generated entry points): the default
+  registry's one elementwise MSL shim is the example plugin's ``aoti_torch_mps_logaddexp_out``, which no
+  program calls: Inductor writes ``logaddexp`` as Metal code of its own and emits no out-variant fallback for
+  it (nor for any elementwise op). Nor can a custom op reach the adapter: its generated entry point takes
+  ``out`` and then one input per positional Tensor argument of the op, while Inductor passes a custom op's
+  c-shim its arguments in schema order (a positional ``out`` is counted among the inputs; a keyword-only one
+  comes last). So it is called directly.
+
+A mutant adapter (sort's with two ``setArg`` indices swapped) must be reported as wrong numbers, naming the
+model and the output.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import hashlib
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import shimkit.plugins.sort as sort_plugin
+from shimkit.audit import numerics as numerics_check
+from shimkit.audit.loader import load_model
+from shimkit.audit.numerics import EXECUTE
+from shimkit.audit.runner import audit_loaded
+from shimkit.backend import get_registry, new_registry
+from shimkit.csrc.build import build_dir
+from shimkit.metal import program
+from shimkit.registry import hookimpl
+
+# Written to the programs' AOTInductor wrappers as Inductor names custom ops' c-shims: aoti_torch_mps_<op name>
+# (torch/_inductor/codegen/cpp_wrapper_cpu.py, get_c_shim_func_name). The linalg plugin declares
+# aoti_torch_mps_shimkit_<op name>, and linalg_check_errors without the nullptr Inductor passes for its
+# None result: the wrapper does not compile. Strict: fixed, these pass, and the marker must go.
+LINALG_SHIM_NAMES = pytest.mark.xfail(
+    strict=True, raises=AssertionError,
+    reason="plugins/linalg/__init__.py:562 names the c-shims aoti_torch_mps_shimkit_<op>; Inductor calls "
+           "aoti_torch_mps_<op> (and passes linalg_check_errors a 4th argument, nullptr): the wrapper "
+           "does not compile")
+
+
+def _write_model(tmp_path: Path, name: str, body: str) -> str:
+    path = tmp_path / f"{name}.py"
+    path.write_text("import torch\n" + textwrap.dedent(body))
+    return f"{path}:make"
+
+
+def _config():
+    return get_registry().backend_config("mps")
+
+
+_PROBE = 'extern "C" long shimkit_runtime_live_tensors();\nextern "C" void* probe() { return (void*)&shimkit_runtime_live_tensors; }\n'
+_checked_runtimes: set[Path] = set()
+
+
+def _check_programs_link_their_own_runtime(config) -> None:
+    """A program built against ``config``'s runtime must call that runtime, even when this process has loaded
+    another one (a stock or differently configured runtime, by an earlier test): else its kernels are
+    another runtime's, the handles it is given are foreign there, and the process may abort."""
+    path = program.runtime_library(config)
+    if path in _checked_runtimes:
+        return
+    runtime = program.load_runtime(path)
+    probe = ctypes.CDLL(str(program.compile_wrapper(_PROBE, path)))
+    probe.probe.restype = ctypes.c_void_p
+    own = ctypes.cast(runtime.shimkit_runtime_live_tensors, ctypes.c_void_p).value
+    if probe.probe() != own:
+        pytest.fail(f"a program linked against {path} calls another runtime loaded earlier in this process: every "
+                    f"runtime is named {path.name} and has no soname, so the loader binds each program's DT_NEEDED "
+                    f"entry to the first such library it loaded (metal/program.py, _runtime_library)")
+    _checked_runtimes.add(path)
+
+
+def _execute(spec: str, config=None):
+    config = config if config is not None else _config()
+    _check_programs_link_their_own_runtime(config)
+    return audit_loaded(load_model(spec), config=config, check_numerics=EXECUTE)
+
+
+def _kernels(audit) -> set[str]:
+    return {kernel.name for kernel in audit.kernels}
+
+
+def _assert_ran_clean(audit, *kernels: str) -> None:
+    assert set(kernels) <= _kernels(audit), f"the program calls {sorted(_kernels(audit))}, not {kernels}"
+    assert audit.numerics is not None and audit.numerics.ran == "program"
+    assert audit.status == "clean", (audit.failure, audit.numerics)
+    assert audit.numerics.checks and all(check.ok for check in audit.numerics.checks)
+
+
+def _stable_folder(files: dict[str, str]) -> Path:
+    """``files`` written to a folder of the build directory named by their digest. A runtime library's digest
+    covers its adapters' paths, so a copy under tmp_path would rebuild the whole runtime on every run; this
+    one is built once."""
+    digest = hashlib.sha256()
+    for name, text in sorted(files.items()):
+        digest.update(name.encode() + b"\0" + text.encode() + b"\0")
+    folder = build_dir() / "adapter-test-sources" / digest.hexdigest()[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        path = folder / name
+        if not path.exists() or path.read_text() != text:
+            partial = path.with_name(f"{name}.{os.getpid()}.tmp")
+            partial.write_text(text)
+            os.replace(partial, path)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    """The runtime the programs of these tests link: the default registry's adapters in it."""
+    return program.load_runtime(program.runtime_library(_config()))
+
+
+# -- sort ------------------------------------------------------------------------------------------------------
+
+SORT_MODEL = """
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            values, indices = torch.sort(x, dim=-1, descending=True)
+            return values, indices, torch.argsort(x, dim=0, stable=True)
+
+    def make():
+        batch = torch.export.Dim("batch", min=1, max=8)
+        return Model(), (torch.randn(3, 9, generator=torch.Generator().manual_seed(0)),), {"x": {0: batch}}
+"""
+
+
+def test_sort_adapter_sorts_rows_and_columns_in_the_program(tmp_path):
+    audit = _execute(_write_model(tmp_path, "sort_model", SORT_MODEL))
+    _assert_ran_clean(audit, "at::_ops::sort_stable::call")
+    # along the last dim (inner 1) and the first (inner 9), at the example, both bounds and one past it
+    assert {tuple(check.sizes.values()) for check in audit.numerics.checks} == {(3,), (1,), (8,), (4,)}
+    assert all(max(check.max_errors) == 0.0 for check in audit.numerics.checks)
+
+
+def _sort_plugin_with_adapter(adapter_text: str):
+    """The sort plugin's record with its kernel's runtime sources taken from a folder holding
+    ``adapter_text`` as ``sort_shim_mps.mm`` (and the plugin's own ``sort.metal``), and that folder."""
+    directory = Path(sort_plugin.KERNEL.directory)
+    folder = _stable_folder({"sort_shim_mps.mm": adapter_text, "sort.metal": (directory / "sort.metal").read_text()})
+    kernel = dataclasses.replace(sort_plugin.KERNEL, directory=str(folder))
+    (record,) = list(sort_plugin.shimkit_op_plugins())
+    return dataclasses.replace(record, name="sort-mutant",
+                               shims=tuple(dataclasses.replace(shim, kernel=kernel) for shim in record.shims)), folder
+
+
+class _Records:
+    def __init__(self, *records):
+        self.records = records
+
+    @hookimpl
+    def shimkit_op_plugins(self):
+        return list(self.records)
+
+
+def test_a_sort_adapter_with_two_arguments_swapped_is_reported_wrong_naming_model_and_output(tmp_path):
+    text = (Path(sort_plugin.KERNEL.directory) / "sort_shim_mps.mm").read_text()
+    bound = "kernel->setArg(3, size);\n      kernel->setArg(4, inner);"
+    assert text.count(bound) == 1
+    # The row length and the stride between a row's elements change places: every read stays inside the
+    # tensor (their product is unchanged), and each thread ranks its element along the wrong axis.
+    mutant = text.replace(bound, "kernel->setArg(4, size);\n      kernel->setArg(3, inner);")
+    registry = new_registry(env={"SHIMKIT_BLOCK_PLUGINS": "sort"})
+    record, folder = _sort_plugin_with_adapter(mutant)
+    registry.register(_Records(record), name="sort-mutant")
+    config = registry.backend_config("mps")
+    assert config.provider_of("aoti_torch_mps_sort_stable").plugin == "sort-mutant"
+    assert [s for s in config.kernel_sources if s.endswith("sort_shim_mps.mm")] == [str(folder / "sort_shim_mps.mm")]
+
+    audit = _execute(_write_model(tmp_path, "sort_mutant_model", SORT_MODEL), config)
+    assert "sort_mutant_model" in audit.name
+    assert audit.failure is None and audit.numerics.ran == "program" and audit.numerics.unavailable is None
+    assert audit.status == "wrong"
+    # sorting the last dim goes wrong at every size: the values (output 0) are named, with their error
+    assert len(audit.numerics.checks) == 4
+    assert all(not check.ok and check.error.startswith("output 0: max error")
+               for check in audit.numerics.checks), audit.numerics
+
+
+# -- addmm (a stand-in source: its runtime adapter is Objective-C++ over MPSGraph) ---------------------------
+
+def test_addmm_standin_computes_linear_layers_in_the_program(tmp_path):
+    audit = _execute(_write_model(tmp_path, "addmm_model", """
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = torch.nn.Linear(6, 5)
+
+            def forward(self, x):
+                return self.linear(x)
+
+        def make():
+            generator = torch.Generator().manual_seed(0)
+            model = Model()
+            with torch.no_grad():
+                model.linear.weight.copy_(torch.randn(5, 6, generator=generator))
+                model.linear.bias.copy_(torch.randn(5, generator=generator))
+            return model, (torch.randn(3, 6, generator=generator),)
+    """))
+    _assert_ran_clean(audit, "aoti_torch_mps_addmm_out")
+
+
+# -- linalg ----------------------------------------------------------------------------------------------------
+
+_SPD = """
+    def spd(*batch, n, seed):
+        generator = torch.Generator().manual_seed(seed)
+        a = torch.randn(*batch, n, n, generator=generator)
+        return a @ a.mT + n * torch.eye(n)
+
+    def randn(*shape, seed):
+        return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+"""
+
+LINALG_MODELS = {
+    # torch.linalg.lu_solve itself is refused by the edge verifier (not core ATen): solve reaches lu_solve
+    "lu": ("""
+        def forward(self, a, b):
+            LU, pivots = torch.linalg.lu_factor(a)
+            return torch.linalg.solve(a, b), LU, pivots
+        """, "(randn(2, 5, 5, seed=1), randn(2, 5, 3, seed=2))",
+        ("shimkit::lu_factor", "shimkit::lu_solve", "shimkit::linalg_check_errors")),
+    "cholesky": ("""
+        def forward(self, a):
+            return torch.linalg.cholesky(a)
+        """, "(spd(2, n=5, seed=3),)", ("shimkit::cholesky", "shimkit::linalg_check_errors")),
+    # eigenvectors and singular vectors are unique up to sign: compared through sign-free functions of them
+    "eigh": ("""
+        def forward(self, a):
+            values, vectors = torch.linalg.eigh(a)
+            return values, vectors * vectors
+        """, "(spd(2, n=4, seed=4),)", ("shimkit::eigh", "shimkit::linalg_check_errors")),
+    "svd": ("""
+        def forward(self, a):
+            u, s, vh = torch.linalg.svd(a, full_matrices=False)
+            return s, u.abs(), vh.abs()
+        """, "(randn(2, 5, 3, seed=5),)", ("shimkit::svd", "shimkit::linalg_check_errors")),
+    "qr": ("""
+        def forward(self, a):
+            return torch.linalg.qr(a)
+        """, "(randn(2, 5, 4, seed=6),)", ("shimkit::qr",)),
+    "ldl_factor": ("""
+        def forward(self, a):
+            return torch.linalg.ldl_factor(a)
+        """, "(spd(2, n=4, seed=7),)", ("shimkit::ldl_factor", "shimkit::linalg_check_errors")),
+}
+
+
+@LINALG_SHIM_NAMES
+@pytest.mark.parametrize("name", sorted(LINALG_MODELS))
+def test_linalg_adapter_computes_like_aten_in_the_program(tmp_path, name):
+    forward, inputs, kernels = LINALG_MODELS[name]
+    body = textwrap.dedent(_SPD) + "\nclass Model(torch.nn.Module):\n" + textwrap.indent(textwrap.dedent(forward), "    ")
+    body += f"\n\ndef make():\n    return Model(), {inputs}\n"
+    audit = _execute(_write_model(tmp_path, f"linalg_{name}_model", body))
+    _assert_ran_clean(audit, *kernels)
+
+
+# -- random ----------------------------------------------------------------------------------------------------
+
+def test_randint_adapter_seeds_the_programs_random_code(tmp_path, monkeypatch):
+    """The program's samples cannot equal eager's: the audit must find exactly the random outputs different
+    (bernoulli of 0s and 1s is exact); the program, run again directly, draws fresh samples with the right
+    shape, dtype, range and moments each time."""
+    programs = []
+    executed_programs = numerics_check.executed_programs
+
+    def keep(*args, **kwargs):
+        programs.extend(executed_programs(*args, **kwargs))
+        return programs
+
+    monkeypatch.setattr(numerics_check, "executed_programs", keep)
+    audit = _execute(_write_model(tmp_path, "random_model", """
+        class Model(torch.nn.Module):
+            def forward(self, p):
+                return torch.bernoulli(p), torch.rand(p.shape), torch.randn(p.shape)
+
+        def make():
+            return Model(), ((torch.arange(4096) % 2).float().reshape(64, 64),)
+    """))
+    assert "aoti_torch_mps_randint_low_out" in _kernels(audit)
+    assert audit.failure is None and audit.numerics.ran == "program" and audit.numerics.unavailable is None
+    (check,) = audit.numerics.checks
+    assert check.max_errors[0] == 0.0 and check.error.startswith("output 1: max error"), check
+    assert audit.status == "wrong"
+
+    (delegate,) = programs
+    p = (torch.arange(4096) % 2).float().reshape(64, 64)
+    first, second = delegate(p), delegate(p)
+    for bernoulli, uniform, normal in (first, second):
+        assert torch.equal(bernoulli, p)
+        assert uniform.shape == normal.shape == (64, 64) and uniform.dtype == normal.dtype == torch.float32
+        assert bool(((uniform >= 0) & (uniform < 1)).all()) and bool(normal.isfinite().all())
+        # 4096 draws: the mean's standard error is 0.0045 (uniform) and 0.016 (normal)
+        assert abs(float(uniform.mean()) - 0.5) < 0.05 and abs(float(normal.mean())) < 0.15
+        assert 0.85 < float(normal.std()) < 1.15
+        assert uniform.unique().numel() > 4000
+    assert not torch.equal(first[1], second[1]) and not torch.equal(first[2], second[2])  # fresh seeds per run
+
+
+def _randint(runtime, out: torch.Tensor, low: int, high: int) -> int:
+    entry = runtime.aoti_torch_mps_randint_low_out
+    entry.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
+    entry.restype = ctypes.c_int
+    handle = program.tensor_handle(runtime, out)  # over out's memory
+    try:
+        size = (ctypes.c_int64 * max(out.dim(), 1))(*out.shape)
+        return entry(handle, low, high, size, out.dim())
+    finally:
+        runtime.aoti_torch_delete_tensor_object(handle)
+
+
+def test_randint_adapter_draws_every_value_of_low_to_high_and_only_those(runtime):
+    """Inductor only asks for the full int64 range; the adapter takes any ``[low, high)``."""
+    first, second = torch.full((4, 256), -100, dtype=torch.int64), torch.full((4, 256), -100, dtype=torch.int64)
+    assert _randint(runtime, first, -3, 5) == 0 and _randint(runtime, second, -3, 5) == 0
+    for drawn in (first, second):
+        assert set(drawn.unique().tolist()) == set(range(-3, 5))  # each value missed with chance (7/8)^1024
+    assert not torch.equal(first, second)
+    wide = torch.zeros(1000, dtype=torch.int64)
+    assert _randint(runtime, wide, -(2**63), 2**63 - 1) == 0
+    assert (wide < 0).any() and (wide > 0).any() and wide.unique().numel() == 1000
+    assert _randint(runtime, torch.zeros(3, dtype=torch.int64), 5, 5) != 0  # low >= high is refused
+    assert _randint(runtime, torch.zeros(3, dtype=torch.int32), 0, 5) != 0  # so is anything but int64
+    program.take_failure(runtime)
+
+
+# -- nonzero ---------------------------------------------------------------------------------------------------
+
+NONZERO_MODEL = """
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return torch.nonzero(x)
+
+    def make():
+        x = torch.tensor([[0.0, 1.5, 0.0, -0.0], [float("nan"), 0.0, 0.0, 2.0], [0.0, 0.0, 0.0, 0.0]])
+        return Model(), (x,)
+"""
+
+# What the generated wrapper calls to read nonzero's row count (RAIIAtenTensorHandle::size), written over the
+# stand-in's public accessors. Test-only: ExecuTorch's Metal runtime has no such function.
+GET_SIZE = """
+#include <executorch/backends/aoti/common_shims.h>
+
+namespace executorch {
+namespace backends {
+namespace aoti {
+
+extern "C" AOTITorchError aoti_torch_get_size(Tensor* tensor, int64_t d, int64_t* ret_size) {
+  int64_t dim = 0;
+  int64_t* sizes = nullptr;
+  if (ret_size == nullptr) return Error::InvalidArgument;
+  Error error = aoti_torch_get_dim(tensor, &dim);
+  if (error != Error::Ok) return error;
+  if (d < 0) d += dim;
+  if (d < 0 || d >= dim) return Error::InvalidArgument;
+  error = aoti_torch_get_sizes(tensor, &sizes);
+  if (error != Error::Ok) return error;
+  *ret_size = sizes[d];
+  return Error::Ok;
+}
+
+}  // namespace aoti
+}  // namespace backends
+}  // namespace executorch
+"""
+
+
+def test_nonzero_program_reaches_the_adapter_but_cannot_link_without_aoti_torch_get_size(tmp_path):
+    audit = _execute(_write_model(tmp_path, "nonzero_model", NONZERO_MODEL))
+    assert "at::_ops::nonzero::call" in _kernels(audit)
+    assert audit.failure is None and audit.numerics.ran == "program"
+    assert audit.status == "unchecked"  # no verdict on the numbers: never "wrong"
+    assert "Unlinkable" in audit.numerics.unavailable and "aoti_torch_get_size" in audit.numerics.unavailable
+    assert "aoti_torch_mps_nonzero" not in audit.numerics.unavailable  # the adapter itself links
+
+
+class _WithRuntimeSources:
+    """A backend configuration whose runtime carries ``extra`` C++ sources besides its plugins' adapters."""
+
+    def __init__(self, config, *extra: str) -> None:
+        self.config, self.extra = config, extra
+        self.kernel_sources = config.kernel_sources
+        self.standin_sources = (*config.standin_sources, *extra)
+
+    def msl_adapter_source(self) -> str:
+        return self.config.msl_adapter_source()
+
+
+def test_nonzero_adapter_in_a_whole_program_given_a_size_accessor(tmp_path, monkeypatch):
+    accessor = str(_stable_folder({"aoti_torch_get_size.cpp": GET_SIZE}) / "aoti_torch_get_size.cpp")
+    _check_programs_link_their_own_runtime(_WithRuntimeSources(_config(), accessor))
+    executed_programs = numerics_check.executed_programs
+    monkeypatch.setattr(numerics_check, "executed_programs",
+                        lambda sources, graphs, config: executed_programs(sources, graphs,
+                                                                          _WithRuntimeSources(config, accessor)))
+    audit = _execute(_write_model(tmp_path, "nonzero_model", NONZERO_MODEL))
+    _assert_ran_clean(audit, "at::_ops::nonzero::call")
+
+
+def _nonzero(runtime, x: torch.Tensor) -> torch.Tensor:
+    entry = runtime.aoti_torch_mps_nonzero
+    entry.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+    entry.restype = ctypes.c_int
+    handle, result = program.tensor_handle(runtime, x), ctypes.c_void_p()
+    try:
+        assert entry(handle, ctypes.byref(result)) == 0, program.take_failure(runtime)
+        try:
+            return program.tensor_from_handle(runtime, result.value)
+        finally:
+            runtime.aoti_torch_delete_tensor_object(result.value)
+    finally:
+        runtime.aoti_torch_delete_tensor_object(handle)
+
+
+@pytest.mark.parametrize("x", [
+    torch.tensor([[0.0, 1.5, 0.0, -0.0], [float("nan"), 0.0, 0.0, 2.0]]),
+    torch.arange(24).reshape(2, 3, 4) % 5 == 0,
+    torch.arange(-6, 6, dtype=torch.int32).reshape(3, 4),
+    torch.tensor(3.0), torch.tensor(0.0), torch.zeros(0, 3), torch.zeros(5, dtype=torch.float16),
+], ids=["float", "bool-3d", "int32", "0d-nonzero", "0d-zero", "empty", "all-zero-half"])
+def test_nonzero_adapter_called_directly_matches_aten(runtime, x):
+    result = _nonzero(runtime, x)
+    assert result.dtype == torch.int64
+    assert torch.equal(result, torch.nonzero(x))
+
+
+# -- the MSL elementwise adapter -------------------------------------------------------------------------------
+
+def _logaddexp_out(runtime, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> int:
+    entry = runtime.aoti_torch_mps_logaddexp_out
+    entry.argtypes = [ctypes.c_void_p] * 3
+    entry.restype = ctypes.c_int
+    handles = [program.tensor_handle(runtime, t) for t in (out, a, b)]
+    try:
+        return entry(*handles)
+    finally:
+        for handle in handles:
+            runtime.aoti_torch_delete_tensor_object(handle)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_msl_elementwise_adapter_called_directly_matches_aten(runtime, dtype):
+    symbols = [shim.symbol for shim in _config().elementwise_msl_shims]
+    if "aoti_torch_mps_logaddexp_out" not in symbols:
+        pytest.skip(f"the example plugin is not installed: the registry's elementwise MSL shims are {symbols}")
+    generator = torch.Generator().manual_seed(0)
+    a = (torch.randn(7, 33, generator=generator) * 4).to(dtype)
+    b = (torch.randn(7, 33, generator=generator) * 4).to(dtype)
+    a[0, :4] = torch.tensor([float("inf"), float("-inf"), float("inf"), float("nan")], dtype=dtype)
+    b[0, :4] = torch.tensor([float("inf"), float("-inf"), float("-inf"), 1.0], dtype=dtype)
+    out = torch.full_like(a, 123.0)
+    assert _logaddexp_out(runtime, out, a, b) == 0
+    expected = torch.logaddexp(a.float(), b.float()).to(dtype)
+    torch.testing.assert_close(out, expected, equal_nan=True, atol=0, rtol={torch.float32: 1e-6}.get(dtype, 1e-2))
+    # every operand must be contiguous with out's shape and dtype: anything else is refused, out untouched
+    out.fill_(123.0)
+    assert _logaddexp_out(runtime, out, a[:, :1].contiguous(), b) != 0
+    assert _logaddexp_out(runtime, out, a.t().contiguous().t(), b) != 0
+    assert bool((out == 123.0).all())
+    program.take_failure(runtime)
