@@ -122,3 +122,27 @@ def test_post_grad_uuid_is_stable_and_follows_configuration():
     assert first.uuid() == again.uuid() != kept.uuid()
     options = inductor_options(backend_config("cuda"))
     assert isinstance(options["post_grad_custom_post_pass"], PostGradPipeline)
+
+
+@pytest.mark.parametrize("shape, dynamic", [((4, 16), {0: "batch"}), ((2, 3, 16), {0: "batch", 1: "seq"}),
+                                            ((16,), None)])
+def test_decompose_linear_keeps_an_edge_program_valid(shape, dynamic):
+    # How ExecuTorch's backends apply a pass to an edge program: transform() re-runs the edge verifier,
+    # which refuses ops outside core ATen (aten.t, aten.matmul).
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    from shimkit.passes import DecomposeLinear
+
+    linear = torch.nn.Linear(16, 8)
+    x = torch.randn(*shape)
+    dims = {d: torch.export.Dim(name, min=1, max=64) for d, name in (dynamic or {}).items()}
+    exported = torch.export.export(linear, (x,), dynamic_shapes=(dims,) if dims else None)
+    keep_linear = [torch.ops.aten.linear.default]
+    edge = to_edge(exported, compile_config=EdgeCompileConfig(_core_aten_ops_exception_list=keep_linear,
+                                                              preserve_ops=keep_linear))
+    program = edge.transform([DecomposeLinear()]).exported_program()
+    targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert not any("linear" in t or "aten.t." in t or "matmul" in t for t in targets), targets
+    for size in ([1, 5, 64] if dims else [None]):
+        sample = torch.randn(size, *shape[1:]) if size else x
+        torch.testing.assert_close(program.module()(sample), linear(sample))
