@@ -16,8 +16,10 @@ meaning or be impossible:
 * its result would not be dense and feeds an op that needs dense input (a C shim such as Metal's
   ``bmm``, which reads buffers as dense from offset 0: docs/metal-aoti.md, "Anatomy of a Metal op").
 
-``view_copy`` becomes ``reshape``, not ``view``: the two agree wherever the layout this pass judges
-by (the exported example's) allows a view, but the compiler may give the input another layout. Under
+``view_copy`` becomes ``view`` where the input's layout is settled (a program input, a constant, a pointwise
+result: as upstream's pass writes it, which the edge verifier accepts and memory planning lets share its
+base's storage), else ``reshape``: the two agree wherever the layout this pass judges by (the exported
+example's) allows a view, but the compiler may give an extern kernel's output another layout. Under
 ``CudaBackend`` (which compiles SDPA with the math backend) attention returns a contiguous
 ``(B, H, L, D)`` tensor where export's fused kernel returned ``(B, L, H, D)`` storage, so the usual
 ``transpose(1, 2)`` then ``view`` cannot be traced ("Cannot view a tensor with shape ..."); a
@@ -34,6 +36,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 from torch import fx
+from torch._prims_common import is_contiguous_or_false
 
 from shimkit.passes.base import PassContext, ShimkitPass
 from shimkit.passes.meta import (ValueComputer, argument_values, fake_mode_of, is_tensor_layout, layout,
@@ -269,7 +272,9 @@ class ReplaceViewCopyWithView(ShimkitPass):
     def _apply(self, node: fx.Node, spec: Any, computer: ValueComputer, changed: set[fx.Node],
                handled: set[fx.Node]) -> None:
         view = self.view_of_copy[aten_op(node.target)]
-        node.target = like(_REPLACEMENT.get(view, view), node.target)
+        if not _layout_is_settled(node.args[0]):
+            view = _REPLACEMENT.get(view, view)
+        node.target = like(view, node.target)
         if view not in _MULTI_OUTPUT:
             if not same_layout(spec, layout(node.meta.get("val"))):
                 node.meta["val"] = computer.value_of(spec)
@@ -285,6 +290,21 @@ class ReplaceViewCopyWithView(ShimkitPass):
                 items[index] = user.meta["val"]
                 handled.add(user)
         node.meta["val"] = [items[i] if i in items else computer.value_of(s) for i, s in enumerate(spec)]
+
+
+def _layout_is_settled(source: Any) -> bool:
+    """Whether the compiler keeps ``source``'s contiguous layout as the graph has it: a program input, a
+    constant or a pointwise result (Inductor lays those out contiguously, or as a view needs). Only an
+    extern kernel's output can come back in another layout than the graph's value."""
+    if not isinstance(source, fx.Node):
+        return False
+    value = source.meta.get("val")
+    if not isinstance(value, torch.Tensor) or not is_contiguous_or_false(value):
+        return False
+    if source.op in ("placeholder", "get_attr"):
+        return True
+    op = aten_op(source.target) if source.op == "call_function" else None
+    return op is not None and torch.Tag.pointwise in op.tags
 
 
 def _fresh_contiguous(source: fx.Node, converted: set[fx.Node]) -> bool:

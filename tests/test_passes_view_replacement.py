@@ -266,3 +266,18 @@ def test_a_flattened_attention_output_follows_the_layout_the_compiler_gives():
     assert attended.meta["val"].transpose(1, 2).is_contiguous()
     with sdpa_kernel([SDPBackend.MATH]):
         torch.testing.assert_close(module(*inputs)[0], expected)
+
+
+def test_view_copy_of_a_settled_layout_becomes_view_and_of_an_extern_result_reshape():
+    # As upstream's pass writes it: a view where the input's layout cannot change (an input, a pointwise
+    # result); reshape after an extern kernel (mm), whose output layout the compiler may choose.
+    def build(g, x):
+        of_input = g.call_function(aten.view_copy.default, (x, [3, 2]))
+        of_pointwise = g.call_function(aten.view_copy.default, (g.call_function(aten.mul.Tensor, (x, 2.0)), [6]))
+        product = g.call_function(aten.mm.default, (x, g.call_function(aten.t_copy.default, (x,))))
+        of_extern = g.call_function(aten.view_copy.default, (product, [4]))
+        return tuple(g.call_function(aten.clone.default, (v,)) for v in (of_input, of_pointwise, of_extern))
+    module = _prepared(build, torch.arange(6.0).reshape(2, 3))
+    targets = [aten_op(n.target) for n in module.graph.nodes if n.op == "call_function"
+               and aten_op(n.target) in (aten.view.default, aten.reshape.default)]
+    assert targets == [aten.view.default, aten.view.default, aten.reshape.default]
