@@ -270,7 +270,7 @@ class _ExecutedProgram:
 
     def __call__(self, *operands: Any) -> Any:
         from shimkit.metal.library import MetalCompileError
-        from shimkit.metal.program import KernelNotCompiled, MetalProgram, Unlinkable
+        from shimkit.metal.program import KernelNotCompiled, MetalProgram, Unlinkable, WrapperDoesNotCompile
 
         # What keeps the program from running here is no verdict on its numbers; what fails while it runs is.
         try:
@@ -281,7 +281,7 @@ class _ExecutedProgram:
                 constants.update({name.replace(".", "_"): value for name, value in list(constants.items())})
                 try:
                     self.program = MetalProgram(self.source, constants, config=self.config)
-                except (Unlinkable, MetalCompileError) as error:
+                except (Unlinkable, WrapperDoesNotCompile, MetalCompileError) as error:
                     raise NumericsUnavailable(f"{type(error).__name__}: {error}") from error
                 except RuntimeError as error:  # the runtime or the wrapper did not compile
                     raise NumericsUnavailable(f"the program did not build: {error}"[-1500:]) from error
@@ -344,7 +344,7 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[...,
             try:
                 actual = pytree.tree_leaves(interpreter.run(*pytree.tree_leaves(inputs)))
             except NumericsUnavailable as error:  # the stand-in itself could not run: no verdict
-                report.unavailable = str(error)[:500]
+                report.unavailable = str(error)[:2000]
                 return report
             except Exception as error:
                 report.checks.append(NumericsCheck(sizes, [], False, f"{type(error).__name__}: {error}"[:500]))

@@ -59,6 +59,11 @@ class Unlinkable(RuntimeError):
     """The program calls a symbol that neither the runtime nor any active plugin provides."""
 
 
+class WrapperDoesNotCompile(RuntimeError):
+    """The generated wrapper does not compile against the runtime: the compiler's errors, each with the
+    wrapper's line (a c-shim called with other arguments than a plugin declared, for one)."""
+
+
 class KernelNotCompiled(ProgramError):
     """An MSL kernel of the program did not compile for the CPU (shimkit.metal's message says why): the
     program could not be run here, which says nothing about its numbers."""
@@ -173,7 +178,27 @@ def compile_wrapper(source: str, runtime: Path) -> Path:
         if missing:
             raise Unlinkable(f"the program calls {', '.join(missing)}, which neither shimkit's Metal runtime "
                              f"nor an active plugin provides") from None
+        errors = _compiler_errors(str(error), path)
+        if errors:
+            raise WrapperDoesNotCompile(f"the generated wrapper {path} does not compile:\n{errors}") from None
         raise
+
+
+def _compiler_errors(output: str, wrapper: Path, limit: int = 6) -> str:
+    """The compiler's ``error:`` lines for ``wrapper``, each followed by the wrapper's line it names."""
+    lines = wrapper.read_text().splitlines()
+    found = []
+    for line in output.splitlines():
+        match = re.match(rf"{re.escape(str(wrapper))}:(\d+):\d+: error: ", line)
+        if match is None:
+            continue
+        number = int(match.group(1))
+        found.append(f"  line {number}: {line[match.end():]}")
+        if 0 < number <= len(lines):
+            found.append(f"    {lines[number - 1].strip()}")
+        if len(found) >= 2 * limit:
+            break
+    return "\n".join(found)
 
 
 # How Inductor embeds each kernel library in the wrapper (cpp_wrapper_mps.py): a raw string literal.

@@ -284,6 +284,12 @@ class Shim:
                 _fail("Shim", label, "c_prototype parameters may hold only C identifiers, '*', commas and "
                       f"spaces, got {proto[len(head):-1]!r}")
             object.__setattr__(self, "c_prototype", proto)
+            if not self.op.startswith(("aten::", "prims::")):
+                called = f"aoti_torch_{self.device}_{self.op.split('::', 1)[1].rsplit('.', 1)[0]}"
+                if self.symbol != called:
+                    _fail("Shim", label, f"Inductor calls the c-shim of custom op {self.op} {called!r} (the "
+                          "op's name after its namespace: torch/_inductor/codegen/cpp_wrapper_cpu.py, "
+                          f"get_c_shim_func_name); a function named {self.symbol!r} is never called")
         elif not self.op.startswith(("aten::", "prims::")):
             _fail("Shim", label, f"custom op {self.op} needs a c_prototype for custom_ops_to_c_shims")
 

@@ -90,6 +90,16 @@ def test_a_missing_symbol_is_named(stock_runtime):
         program.compile_wrapper(source, program.runtime_library(None))
 
 
+def test_a_wrapper_that_does_not_compile_names_its_line_and_the_compilers_error(stock_runtime):
+    source = ('extern "C" int aoti_torch_mps_two(int a, int b);\n'
+              'int use() {\n  return aoti_torch_mps_two(1, 2, nullptr);\n}\n')
+    with pytest.raises(program.WrapperDoesNotCompile) as raised:
+        program.compile_wrapper(source, program.runtime_library(None))
+    message = str(raised.value)
+    assert "line 3: too many arguments to function" in message
+    assert "    return aoti_torch_mps_two(1, 2, nullptr);" in message
+
+
 def test_the_runtime_refuses_handles_it_did_not_make(stock_runtime):
     stranger = ctypes.c_void_p(12345)
     assert stock_runtime.aoti_torch_delete_tensor_object(stranger) != 0

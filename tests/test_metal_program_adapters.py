@@ -45,16 +45,6 @@ from shimkit.csrc.build import build_dir
 from shimkit.metal import program
 from shimkit.registry import hookimpl
 
-# Written to the programs' AOTInductor wrappers as Inductor names custom ops' c-shims: aoti_torch_mps_<op name>
-# (torch/_inductor/codegen/cpp_wrapper_cpu.py, get_c_shim_func_name). The linalg plugin declares
-# aoti_torch_mps_shimkit_<op name>, and linalg_check_errors without the nullptr Inductor passes for its
-# None result: the wrapper does not compile. Strict: fixed, these pass, and the marker must go.
-LINALG_SHIM_NAMES = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="plugins/linalg/__init__.py:562 names the c-shims aoti_torch_mps_shimkit_<op>; Inductor calls "
-           "aoti_torch_mps_<op> (and passes linalg_check_errors a 4th argument, nullptr): the wrapper "
-           "does not compile")
-
 
 def _write_model(tmp_path: Path, name: str, body: str) -> str:
     path = tmp_path / f"{name}.py"
@@ -264,7 +254,6 @@ LINALG_MODELS = {
 }
 
 
-@LINALG_SHIM_NAMES
 @pytest.mark.parametrize("name", sorted(LINALG_MODELS))
 def test_linalg_adapter_computes_like_aten_in_the_program(tmp_path, name):
     forward, inputs, kernels = LINALG_MODELS[name]

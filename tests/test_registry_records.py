@@ -172,6 +172,18 @@ def test_c_prototypes_that_would_inject_code_are_refused(prototype):
         shim(c_prototype=prototype)
 
 
+def test_a_custom_op_shim_must_be_named_as_inductor_calls_it():
+    """Inductor calls a custom op's c-shim ``aoti_torch_<device>_<op name>``: a plugin that names it anything
+    else ships a function no generated wrapper calls, and a wrapper that does not compile."""
+    with pytest.raises(InvalidPluginRecord, match=r"Inductor calls the c-shim of custom op mylib::fancy.default "
+                                                  r"'aoti_torch_mps_fancy'.*'aoti_torch_mps_mylib_fancy'"):
+        shim(op="mylib::fancy", symbol="aoti_torch_mps_mylib_fancy",
+             c_prototype="AOTITorchError aoti_torch_mps_mylib_fancy(AtenTensorHandle x)")
+    named = shim(op="mylib::fancy.out", device="cuda", symbol="aoti_torch_cuda_fancy",
+                 c_prototype="AOTITorchError aoti_torch_cuda_fancy(AtenTensorHandle x)")
+    assert named.symbol == "aoti_torch_cuda_fancy"
+
+
 def test_a_plain_c_prototype_is_accepted():
     proto = "AOTITorchError aoti_torch_mps_mm_out(AtenTensorHandle self, int64_t* sizes, AtenTensorHandle* ret)"
     assert shim(c_prototype=proto).c_prototype == proto

@@ -559,7 +559,7 @@ CHECK_ERRORS_KERNEL = Kernel(name="linalg_check_errors", directory=str(KERNEL_DI
 
 
 def _shim(op: str, parameters: str, kernel: Kernel) -> Shim:
-    symbol = f"aoti_torch_mps_shimkit_{op.split('::')[1]}"
+    symbol = f"aoti_torch_mps_{op.split('::')[1].split('.')[0]}"
     return Shim(op=op, device="mps", symbol=symbol, recorded_names=(op,),
                 c_prototype=f"AOTITorchError {symbol}({parameters})", kernel=kernel)
 
@@ -577,7 +577,9 @@ SHIMS = (
     _shim(QR, "AtenTensorHandle A, int32_t complete, AtenTensorHandle* ret0, AtenTensorHandle* ret1", QR_KERNEL),
     _shim(LDL_FACTOR, "AtenTensorHandle A, AtenTensorHandle* ret0, AtenTensorHandle* ret1, AtenTensorHandle* ret2",
           LDL_FACTOR_KERNEL),
-    _shim(CHECK_ERRORS, "AtenTensorHandle info, const char* api_name, int32_t is_matrix", CHECK_ERRORS_KERNEL),
+    # Inductor passes an op that returns nothing one output argument all the same, nullptr (its None result).
+    _shim(CHECK_ERRORS, "AtenTensorHandle info, const char* api_name, int32_t is_matrix, AtenTensorHandle* none",
+          CHECK_ERRORS_KERNEL),
 )
 
 

@@ -1,8 +1,8 @@
-// The c-shims of shimkit's linear-algebra ops for ExecuTorch's Metal runtime: aoti_torch_mps_shimkit_lu_factor,
+// The c-shims of shimkit's linear-algebra ops for ExecuTorch's Metal runtime: aoti_torch_mps_lu_factor,
 // _lu_solve, _cholesky, _eigh, _svd, _qr and _ldl_factor allocate their results and dispatch lu_factor.metal,
 // lu_solve.metal, cholesky.metal, eigh.metal, svd.metal, qr.metal and ldl_factor.metal exactly as the
 // plugin's launch_* functions do on Linux through shimkit.metal (where the kernels are tested);
-// aoti_torch_mps_shimkit_linalg_check_errors is ATen's _linalg_check_errors on the host.
+// aoti_torch_mps_linalg_check_errors is ATen's _linalg_check_errors on the host.
 //
 // Compiled and run on Linux against the Metal runtime stand-in in csrc/metal_runtime
 // (tests/test_metal_runtime_adapters.py). The MSL sources are the strings the registry-generated adapter
@@ -186,9 +186,9 @@ void host_identity(Tensor& t, int64_t matrices, int64_t rows, int64_t columns) {
 
 }  // namespace
 
-extern "C" AOTITorchError aoti_torch_mps_shimkit_lu_factor(AOTITensorHandle A, AOTITensorHandle* ret0,
-                                                           AOTITensorHandle* ret1, AOTITensorHandle* ret2) {
-  const char* shim = "aoti_torch_mps_shimkit_lu_factor";
+extern "C" AOTITorchError aoti_torch_mps_lu_factor(AOTITensorHandle A, AOTITensorHandle* ret0,
+                                                   AOTITensorHandle* ret1, AOTITensorHandle* ret2) {
+  const char* shim = "aoti_torch_mps_lu_factor";
   if (!non_null(shim, {A, ret0, ret1, ret2}) || !check_matrices(shim, "A", *A)) return Error::InvalidArgument;
   const int64_t m = A->size(A->dim() - 2);
   const int64_t n = A->size(A->dim() - 1);
@@ -207,10 +207,10 @@ extern "C" AOTITorchError aoti_torch_mps_shimkit_lu_factor(AOTITensorHandle A, A
   return Error::Ok;
 }
 
-extern "C" AOTITorchError aoti_torch_mps_shimkit_lu_solve(AOTITensorHandle LU, AOTITensorHandle pivots,
-                                                          AOTITensorHandle B, int32_t adjoint,
-                                                          AOTITensorHandle* ret0) {
-  const char* shim = "aoti_torch_mps_shimkit_lu_solve";
+extern "C" AOTITorchError aoti_torch_mps_lu_solve(AOTITensorHandle LU, AOTITensorHandle pivots,
+                                                  AOTITensorHandle B, int32_t adjoint,
+                                                  AOTITensorHandle* ret0) {
+  const char* shim = "aoti_torch_mps_lu_solve";
   if (!non_null(shim, {LU, pivots, B, ret0}) || !check_matrices(shim, "LU", *LU, /*square=*/true) ||
       !check_matrices(shim, "B", *B)) {
     return Error::InvalidArgument;
@@ -234,9 +234,9 @@ extern "C" AOTITorchError aoti_torch_mps_shimkit_lu_solve(AOTITensorHandle LU, A
   return Error::Ok;
 }
 
-extern "C" AOTITorchError aoti_torch_mps_shimkit_cholesky(AOTITensorHandle A, AOTITensorHandle* ret0,
-                                                          AOTITensorHandle* ret1) {
-  const char* shim = "aoti_torch_mps_shimkit_cholesky";
+extern "C" AOTITorchError aoti_torch_mps_cholesky(AOTITensorHandle A, AOTITensorHandle* ret0,
+                                                  AOTITensorHandle* ret1) {
+  const char* shim = "aoti_torch_mps_cholesky";
   if (!non_null(shim, {A, ret0, ret1}) || !check_matrices(shim, "A", *A, /*square=*/true)) {
     return Error::InvalidArgument;
   }
@@ -253,9 +253,9 @@ extern "C" AOTITorchError aoti_torch_mps_shimkit_cholesky(AOTITensorHandle A, AO
   return Error::Ok;
 }
 
-extern "C" AOTITorchError aoti_torch_mps_shimkit_eigh(AOTITensorHandle A, AOTITensorHandle* ret0,
-                                                      AOTITensorHandle* ret1, AOTITensorHandle* ret2) {
-  const char* shim = "aoti_torch_mps_shimkit_eigh";
+extern "C" AOTITorchError aoti_torch_mps_eigh(AOTITensorHandle A, AOTITensorHandle* ret0,
+                                              AOTITensorHandle* ret1, AOTITensorHandle* ret2) {
+  const char* shim = "aoti_torch_mps_eigh";
   if (!non_null(shim, {A, ret0, ret1, ret2}) || !check_matrices(shim, "A", *A, /*square=*/true)) {
     return Error::InvalidArgument;
   }
@@ -279,10 +279,10 @@ extern "C" AOTITorchError aoti_torch_mps_shimkit_eigh(AOTITensorHandle A, AOTITe
   return Error::Ok;
 }
 
-extern "C" AOTITorchError aoti_torch_mps_shimkit_svd(AOTITensorHandle A, AOTITensorHandle* ret0,
-                                                     AOTITensorHandle* ret1, AOTITensorHandle* ret2,
-                                                     AOTITensorHandle* ret3) {
-  const char* shim = "aoti_torch_mps_shimkit_svd";
+extern "C" AOTITorchError aoti_torch_mps_svd(AOTITensorHandle A, AOTITensorHandle* ret0,
+                                             AOTITensorHandle* ret1, AOTITensorHandle* ret2,
+                                             AOTITensorHandle* ret3) {
+  const char* shim = "aoti_torch_mps_svd";
   if (!non_null(shim, {A, ret0, ret1, ret2, ret3}) || !check_matrices(shim, "A", *A)) return Error::InvalidArgument;
   const int64_t m = A->size(A->dim() - 2);
   const int64_t n = A->size(A->dim() - 1);
@@ -309,9 +309,9 @@ extern "C" AOTITorchError aoti_torch_mps_shimkit_svd(AOTITensorHandle A, AOTITen
   return Error::Ok;
 }
 
-extern "C" AOTITorchError aoti_torch_mps_shimkit_qr(AOTITensorHandle A, int32_t complete, AOTITensorHandle* ret0,
-                                                    AOTITensorHandle* ret1) {
-  const char* shim = "aoti_torch_mps_shimkit_qr";
+extern "C" AOTITorchError aoti_torch_mps_qr(AOTITensorHandle A, int32_t complete, AOTITensorHandle* ret0,
+                                            AOTITensorHandle* ret1) {
+  const char* shim = "aoti_torch_mps_qr";
   if (!non_null(shim, {A, ret0, ret1}) || !check_matrices(shim, "A", *A)) return Error::InvalidArgument;
   const int64_t m = A->size(A->dim() - 2);
   const int64_t n = A->size(A->dim() - 1);
@@ -340,9 +340,9 @@ extern "C" AOTITorchError aoti_torch_mps_shimkit_qr(AOTITensorHandle A, int32_t 
   return Error::Ok;
 }
 
-extern "C" AOTITorchError aoti_torch_mps_shimkit_ldl_factor(AOTITensorHandle A, AOTITensorHandle* ret0,
-                                                            AOTITensorHandle* ret1, AOTITensorHandle* ret2) {
-  const char* shim = "aoti_torch_mps_shimkit_ldl_factor";
+extern "C" AOTITorchError aoti_torch_mps_ldl_factor(AOTITensorHandle A, AOTITensorHandle* ret0,
+                                                    AOTITensorHandle* ret1, AOTITensorHandle* ret2) {
+  const char* shim = "aoti_torch_mps_ldl_factor";
   if (!non_null(shim, {A, ret0, ret1, ret2}) || !check_matrices(shim, "A", *A, /*square=*/true)) {
     return Error::InvalidArgument;
   }
@@ -363,9 +363,11 @@ extern "C" AOTITorchError aoti_torch_mps_shimkit_ldl_factor(AOTITensorHandle A, 
 // ATen's _linalg_check_errors (aten/src/ATen/native/BatchLinearAlgebra.cpp): the first nonzero info, with
 // its batch element unless is_matrix, in ATen's words for the api. Reading info waits for the GPU, as
 // ATen's own check does on mps.
-extern "C" AOTITorchError aoti_torch_mps_shimkit_linalg_check_errors(AOTITensorHandle info, const char* api_name,
-                                                                     int32_t is_matrix) {
-  const char* shim = "aoti_torch_mps_shimkit_linalg_check_errors";
+// `none` stands for the op's None result: Inductor passes every fallback's outputs, nullptr for a None.
+extern "C" AOTITorchError aoti_torch_mps_linalg_check_errors(AOTITensorHandle info, const char* api_name,
+                                                             int32_t is_matrix, AOTITensorHandle* none) {
+  (void)none;
+  const char* shim = "aoti_torch_mps_linalg_check_errors";
   if (info == nullptr || api_name == nullptr) {
     ET_LOG(Error, "%s: null argument", shim);
     return Error::InvalidArgument;
