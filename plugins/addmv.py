@@ -7,16 +7,17 @@ the exported program by ``BackendConfig.prepare_for_edge`` (and by ``shimkit aud
 the vector as a one-column matrix (``aoti_torch_mps_mm_out``, which the Metal runtime has), then the
 scaled add Inductor generates.
 
-The rules are ``addmm``'s (``plugins/addmm``): half and bfloat16 are computed in float32 and rounded
-once; ``beta == 0`` ignores ``self`` and ``alpha == 0`` ignores the product, so NaN and inf in an
-ignored operand never propagate (ATen's ``addmv`` documents the first; its BLAS path does the second).
+The rules are ``addmm``'s (``plugins/addmm``), which are ATen's: half and bfloat16 are computed in float32
+and rounded once; ``beta == 0`` ignores ``self``; ``alpha == 0`` ignores the product in float32 and float64
+(ATen's BLAS path) and multiplies it by zero in half precision and complex (NaN shows); integer tensors take
+``beta``/``alpha`` converted to their dtype first.
 """
 
 from __future__ import annotations
 
 import torch
 
-from shimkit.plugins.addmm import aten_with_the_rules, scaled_product_sum
+from shimkit.plugins.addmm import BLAS_DTYPES, aten_reference, scaled_product_sum
 from shimkit.plugins.shared import float32_tensors
 from shimkit.registry import OpCall, OpPlugin, hookimpl
 
@@ -28,10 +29,11 @@ def _matrix_vector(mat: torch.Tensor, vec: torch.Tensor) -> torch.Tensor:
 
 
 def addmv_decomposition(self, mat, vec, *, beta=1, alpha=1):
-    return scaled_product_sum(self, mat, vec, _matrix_vector, lambda a, b: (a.shape[0],), beta=beta, alpha=alpha)
+    return scaled_product_sum(self, mat, vec, _matrix_vector, lambda a, b: (a.shape[0],), beta=beta, alpha=alpha,
+                              zero_alpha_skips=BLAS_DTYPES)
 
 
-addmv_reference = aten_with_the_rules(torch.addmv)
+addmv_reference = aten_reference(torch.addmv)
 
 
 def addmv_inputs():

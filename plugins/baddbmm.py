@@ -1,19 +1,17 @@
 """``aten::baddbmm``: ``beta * self + alpha * (batch1 @ batch2)`` with ``bmm``, for devices without
 ``aoti_torch_mps_baddbmm_out`` (ExecuTorch's Metal runtime has ``bmm_out`` only).
 
-The rules are ``addmm``'s (``plugins/addmm.py``): half and bfloat16 are computed in float32 and
-rounded once; ``beta == 0`` ignores ``self`` (its shape must still broadcast) and ``alpha == 0``
-ignores the product, so NaN and inf in an ignored operand never propagate. ATen's ``baddbmm``
-multiplies the product by a zero ``alpha`` (NaN shows); the reference below follows the shared rule,
-and otherwise is ATen's. Results have the inputs' dtype; integer tensors take integer
-``alpha``/``beta`` as ATen requires.
+The rules are ``addmm``'s (``plugins/addmm``), which are ATen's: half and bfloat16 are computed in float32
+and rounded once; ``beta == 0`` ignores ``self`` (its shape must still broadcast); integer tensors take
+``alpha``/``beta`` converted to their dtype first. Unlike ``addmm``, ATen's ``baddbmm`` multiplies the
+product by a zero ``alpha`` in every dtype, so NaN and inf in ``batch1``/``batch2`` show as NaN.
 """
 
 from __future__ import annotations
 
 import torch
 
-from shimkit.plugins.addmm import aten_with_the_rules, scaled_product_sum
+from shimkit.plugins.addmm import aten_reference, scaled_product_sum
 from shimkit.plugins.shared import float32_tensors
 from shimkit.registry import OpPlugin, hookimpl
 
@@ -22,10 +20,11 @@ BADDBMM = "aten::baddbmm.default"
 
 def baddbmm_decomposition(self, batch1, batch2, *, beta=1, alpha=1):
     return scaled_product_sum(self, batch1, batch2, torch.bmm,
-                              lambda a, b: (a.shape[0], a.shape[1], b.shape[2]), beta=beta, alpha=alpha)
+                              lambda a, b: (a.shape[0], a.shape[1], b.shape[2]), beta=beta, alpha=alpha,
+                              zero_alpha_skips=frozenset())
 
 
-baddbmm_reference = aten_with_the_rules(torch.baddbmm)
+baddbmm_reference = aten_reference(torch.baddbmm)
 
 
 def baddbmm_inputs():

@@ -10,6 +10,8 @@ import torch
 from torch.testing._internal.common_methods_invocations import op_db
 
 import shimkit.plugins.addmv as addmv
+import shimkit.plugins.baddbmm as baddbmm
+from shimkit.plugins.addmm import addmm_decomposition
 import shimkit.plugins.metal_pointwise as metal_pointwise
 import shimkit.plugins.sort as sort
 import shimkit.plugins.upsample_aa as upsample_aa
@@ -22,15 +24,41 @@ def samples(name: str, dtype: torch.dtype):
     return list(OPS[name].sample_inputs("cpu", dtype, requires_grad=False))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_addmv_decomposition_on_opinfo_samples(dtype):
-    cases = samples("addmv", dtype)
+SCALED_PRODUCTS = {"addmm": addmm_decomposition, "addmv": addmv.addmv_decomposition,
+                   "baddbmm": baddbmm.baddbmm_decomposition}
+
+
+def _poisoned(sample, dtype):
+    """The sample with NaN and inf in its product's operands and ``alpha=0``: where ATen multiplies by the
+    zero alpha NaN shows, where it skips the product (BLAS) it does not."""
+    a, b = (t.clone() for t in sample.args[:2])
+    if a.numel():
+        a[(0,) * a.dim()] = float("nan")
+        a[(-1,) * a.dim()] = float("inf")
+    return sample.input, (a, b), {**sample.kwargs, "alpha": 0}
+
+
+@pytest.mark.parametrize("name", sorted(SCALED_PRODUCTS))
+@pytest.mark.parametrize("dtype", sorted(OPS["addmm"].supported_dtypes("cpu"), key=str))
+def test_scaled_product_decompositions_match_aten_on_opinfo_samples(name, dtype):
+    """Every OpInfo sample (integer ones with fractional ``beta``/``alpha`` among them) in every dtype ATen
+    supports, and each floating one again with NaN and inf in the product and ``alpha=0``: equal to ATen."""
+    if dtype not in OPS[name].supported_dtypes("cpu"):
+        pytest.skip(f"ATen's {name} does not support {dtype} on the CPU")
+    cases = [(s.input, s.args, s.kwargs) for s in samples(name, dtype)]
     assert cases
-    for sample in cases:
-        result = addmv.addmv_decomposition(sample.input, *sample.args, **sample.kwargs)
-        expected = addmv.addmv_reference(sample.input, *sample.args, **sample.kwargs)
-        tolerance = {} if dtype == torch.float32 else {"rtol": 0, "atol": float(torch.finfo(dtype).eps) * 32}
-        torch.testing.assert_close(result, expected, **tolerance)
+    if dtype.is_floating_point or dtype.is_complex:
+        cases += [_poisoned(s, dtype) for s in samples(name, dtype)]
+    exact = not (dtype.is_floating_point or dtype.is_complex)
+    for self, args, kwargs in cases:
+        result = SCALED_PRODUCTS[name](self, *args, **kwargs)
+        expected = OPS[name].op(self, *args, **kwargs)
+        assert result.dtype == expected.dtype and result.shape == expected.shape
+        # half types: ATen's CPU kernels and the decomposition (float32, rounded once) may round differently
+        tolerance = ({"rtol": 0, "atol": 0} if exact else {} if dtype not in (torch.float16, torch.bfloat16)
+                     else {"rtol": 0, "atol": float(torch.finfo(dtype).eps) * 32})
+        torch.testing.assert_close(result, expected, equal_nan=True, **tolerance,
+                                   msg=lambda m, k=kwargs: f"{name} {dtype} {k}: {m}")
 
 
 POINTWISE = {"sinh": metal_pointwise.sinh_decomposition, "cosh": metal_pointwise.cosh_decomposition,
