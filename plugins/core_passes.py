@@ -1,7 +1,7 @@
 """shimkit's built-in graph passes, contributed through the same hook third-party plugins use.
 
 Graph stage, in order: ``decompose_linear`` → ``addmm_to_mm`` → ``plugin_decompositions`` →
-``view_copy_to_view``. Views are converted last so that the view pass sees the ops that will really
+``view_copy_to_view`` → ``forget_stale_unbacked_symbols``. Views are converted last so that the view pass sees the ops that will really
 consume each view (a decomposition may turn an ``addmm`` into an ``mm`` whose shim needs dense input).
 Post-grad stage: ``unfuse_addmm``, which takes apart Inductor's own ``mm + bias`` re-fusion on devices
 without an addmm shim.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from shimkit.passes import AddmmPolicy, DecomposeInPlace, DecomposeLinear, ReplaceViewCopyWithView
 from shimkit.passes.scalar_constants import InlineScalarConstants
+from shimkit.passes.unbacked import ForgetStaleUnbackedSymbols
 from shimkit.registry import PassSpec, hookimpl
 
 
@@ -55,6 +56,13 @@ def shimkit_passes():
         name="view_copy_to_view",
         factory=_view_copy_to_view,
         doc="view-copy ops -> views where no write, output aliasing or impossible view forbids it.",
+    )
+    yield PassSpec(
+        name="forget_stale_unbacked_symbols",
+        factory=lambda capabilities: ForgetStaleUnbackedSymbols(),
+        after=("view_copy_to_view",),
+        doc="Unbacked size symbols that to_edge's retraces left pending forgotten, so that Inductor can trace a "
+            "program with a data-dependent op (where(...).nonzero() failed with PendingUnbackedSymbolNotFound).",
     )
     yield PassSpec(
         name="unfuse_addmm",

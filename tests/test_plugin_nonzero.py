@@ -6,10 +6,15 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import settings
+from executorch.exir import to_edge
 from torch.testing._internal.common_methods_invocations import op_db
 
 import shimkit.plugins.nonzero as nonzero
 from shimkit.audit.coverage import audit_op
+from shimkit.audit.loader import LoadedModel
+from shimkit.audit.runner import audit_loaded
+from shimkit.backend import get_registry
+from shimkit.passes.unbacked import ForgetStaleUnbackedSymbols
 from shimkit.testing import assert_plugin_matches_reference
 from shimkit.testing.kernels import msl_kernel
 
@@ -51,3 +56,31 @@ def test_opinfo_samples(name, dtype):
 def test_the_sweep_finds_them_missing_stock_and_clean_with_shimkit(name):
     result = audit_op(name, "float32")
     assert (result.stock, result.shimkit) == ("missing", "clean"), result
+
+
+class WhereNonzero(torch.nn.Module):
+    def forward(self, x):
+        return torch.where(x > 0, x, torch.zeros_like(x)).nonzero()
+
+
+def test_a_data_dependent_output_after_to_edge_lowers_and_computes_like_eager():
+    """to_edge's retraces leave nonzero's fresh size symbols pending in the program's ShapeEnv; Inductor, handed
+    the same ShapeEnv, failed on them (PendingUnbackedSymbolNotFound) until forget_stale_unbacked_symbols ran."""
+    model = WhereNonzero()
+    x = torch.tensor([[0.5, -1.0, 0.0], [2.0, float("nan"), -0.0]])
+    audit = audit_loaded(LoadedModel("where_nonzero", model, (x,)), config=get_registry().backend_config("mps"),
+                         check_numerics=True)
+    assert audit.failure is None, audit.failure
+    assert audit.status == "clean" and "at::_ops::nonzero::call" in {kernel.name for kernel in audit.kernels}
+    assert audit.numerics is not None and [check.ok for check in audit.numerics.checks] == [True]
+
+
+def test_the_pass_forgets_pending_symbols_and_leaves_the_graph():
+    program = to_edge(torch.export.export(WhereNonzero(), (torch.randn(2, 3),))).exported_program()
+    (env,) = {id(n.meta["val"].fake_mode.shape_env): n.meta["val"].fake_mode.shape_env
+              for n in program.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)}.values()
+    before = str(program.graph)
+    if not env.pending_fresh_unbacked_symbols:
+        pytest.skip("to_edge left no unbacked symbol pending: the upstream cause is gone")
+    assert ForgetStaleUnbackedSymbols()(program.graph_module).modified is False
+    assert env.pending_fresh_unbacked_symbols == [] and str(program.graph) == before
