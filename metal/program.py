@@ -127,13 +127,21 @@ def _runtime_library(adapters: tuple[str, ...], generated: str) -> Path:
     root = _executorch_root()
     units = [_adapter_unit(path) for path in adapters] + ([_unit(generated)] if generated else [])
     sources = _runtime_sources(units)
-    flags = ["-O2", "-fvisibility=default", "-Wl,-Bsymbolic", "-Wl,--no-undefined", "-pthread"]
-    if os.environ.get("SHIMKIT_SANITIZE") == "1":
+    sanitize = os.environ.get("SHIMKIT_SANITIZE") == "1"
+    # A program names its runtime in DT_NEEDED, and the loader binds that name to the first library of the
+    # name a process has loaded: each runtime needs a name of its own, from what is in it.
+    identity = hashlib.sha256(f"{runtime_fingerprint()}\0{generated}\0{sanitize}".encode())
+    for adapter in adapters:
+        identity.update(adapter.encode() + b"\0" + Path(adapter).read_bytes() + b"\0")
+    name = f"shimkit-metal-runtime-{identity.hexdigest()[:16]}"
+    flags = ["-O2", "-fvisibility=default", "-Wl,-Bsymbolic", "-Wl,--no-undefined", "-pthread",
+             f"-Wl,-soname,{name}.so"]
+    if sanitize:
         from shimkit.csrc.build import SANITIZER_FLAGS
 
         flags += list(SANITIZER_FLAGS)
     return compile_shared_library(
-        "shimkit-metal-runtime", sources,
+        name, sources,
         include_dirs=[str(RUNTIME_DIR / "include"), str(RUNTIME_DIR), str(root / "include"), str(TORCH_INCLUDE)],
         define_macros=[("C10_USING_CUSTOM_GENERATED_MACROS", "1")],
         library_dirs=[str(root / "lib")], libraries=["executorch", "dl"], extra_flags=flags,

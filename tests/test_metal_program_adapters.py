@@ -60,6 +60,14 @@ _PROBE = 'extern "C" long shimkit_runtime_live_tensors();\nextern "C" void* prob
 _checked_runtimes: set[Path] = set()
 
 
+def _program_calls_runtime(path: Path) -> bool:
+    """Whether a program linked against the runtime at ``path`` calls that runtime in this process."""
+    runtime = program.load_runtime(path)
+    probe = ctypes.CDLL(str(program.compile_wrapper(_PROBE, path)))
+    probe.probe.restype = ctypes.c_void_p
+    return probe.probe() == ctypes.cast(runtime.shimkit_runtime_live_tensors, ctypes.c_void_p).value
+
+
 def _check_programs_link_their_own_runtime(config) -> None:
     """A program built against ``config``'s runtime must call that runtime, even when this process has loaded
     another one (a stock or differently configured runtime, by an earlier test): else its kernels are
@@ -67,15 +75,17 @@ def _check_programs_link_their_own_runtime(config) -> None:
     path = program.runtime_library(config)
     if path in _checked_runtimes:
         return
-    runtime = program.load_runtime(path)
-    probe = ctypes.CDLL(str(program.compile_wrapper(_PROBE, path)))
-    probe.probe.restype = ctypes.c_void_p
-    own = ctypes.cast(runtime.shimkit_runtime_live_tensors, ctypes.c_void_p).value
-    if probe.probe() != own:
-        pytest.fail(f"a program linked against {path} calls another runtime loaded earlier in this process: every "
-                    f"runtime is named {path.name} and has no soname, so the loader binds each program's DT_NEEDED "
-                    f"entry to the first such library it loaded (metal/program.py, _runtime_library)")
+    if not _program_calls_runtime(path):
+        pytest.fail(f"a program linked against {path} calls another runtime loaded earlier in this process: the "
+                    f"loader binds a program's DT_NEEDED entry to the first library of that name it loaded, so "
+                    f"every runtime needs a name of its own (metal/program.py, _runtime_library)")
     _checked_runtimes.add(path)
+
+
+def test_programs_call_the_runtime_they_were_linked_against_whatever_else_is_loaded():
+    stock, default = program.runtime_library(None), program.runtime_library(_config())
+    assert stock != default and stock.name != default.name
+    assert _program_calls_runtime(stock) and _program_calls_runtime(default)
 
 
 def _execute(spec: str, config=None):
