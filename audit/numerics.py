@@ -347,7 +347,7 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[...,
                 report.unavailable = str(error)[:2000]
                 return report
             except Exception as error:
-                report.checks.append(NumericsCheck(sizes, [], False, f"{type(error).__name__}: {error}"[:500]))
+                report.checks.append(NumericsCheck(sizes, [], False, f"{type(error).__name__}: {error}"[:2000]))
                 continue
         report.checks.append(_compare(sizes, actual, expected))
     return report

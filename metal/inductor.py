@@ -34,7 +34,8 @@ def inductor_metal_on_cpu() -> Iterator[list[str]]:
     import torch._inductor.codegen.common as common
     import torch._inductor.config as inductor_config
     import torch._inductor.runtime.runtime_utils as runtime_utils
-    from torch._inductor.codegen.mps import MetalScheduling
+    from torch._inductor.codegen.mps import MetalKernel, MetalScheduling
+    from torch.utils._ordered_set import OrderedSet
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen
 
     sources: list[str] = []
@@ -47,6 +48,10 @@ def inductor_metal_on_cpu() -> Iterator[list[str]]:
     patches = ScopedPatches()
     torch._dynamo.reset()
     try:
+        # MetalKernel.headers is one set on the class that every kernel adds to: a bounds check here ("error")
+        # would give every later Metal kernel of the process an error_buf argument, which AOTInductor's
+        # wrapper never binds. The block's kernels add to a copy.
+        patches.replace(MetalKernel, "headers", OrderedSet(MetalKernel.headers))
         patches.replace_item(common.device_codegens, "cpu", common.DeviceCodegen(MetalScheduling, PythonWrapperCodegen))
         patches.replace(runtime_utils, "compile_mps_shader", compile_mps_shader)
         patches.replace(torch.backends.mps, "get_core_count", lambda: CORE_COUNT)

@@ -90,3 +90,16 @@ def test_inductors_metal_kernels_match_eager(name, dtype):
         torch.testing.assert_close(got, expected, equal_nan=True, **TOLERANCES[dtype])
     else:
         assert torch.equal(got, expected)
+
+
+def test_the_block_leaves_inductors_metal_kernel_headers_as_it_found_them():
+    """Inductor's MetalKernel keeps its headers in one set on the class; a bounds check (gather) adds "error",
+    and every later Metal kernel of the process would declare an error_buf that AOTInductor never binds."""
+    from torch._inductor.codegen.mps import MetalKernel
+
+    before = set(MetalKernel.headers)
+    fn, make_inputs = CASES["gather"]
+    with inductor_metal_on_cpu() as sources:
+        torch.compile(fn, fullgraph=True, dynamic=False)(*make_inputs(torch.float32))
+    assert any("error_buf" in source for source in sources)
+    assert set(MetalKernel.headers) == before
