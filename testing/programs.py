@@ -171,8 +171,8 @@ def _overlaps(value: torch.Tensor) -> bool:
 class _Drawing:
     """The program under construction."""
 
-    def __init__(self, draw, dtype: torch.dtype, layouts: bool, max_inputs: int) -> None:
-        self.draw, self.dtype, self.layouts, self.max_inputs = draw, dtype, layouts, max_inputs
+    def __init__(self, draw, dtype: torch.dtype, layouts: bool, max_inputs: int, form: str = "fx") -> None:
+        self.draw, self.dtype, self.layouts, self.max_inputs, self.form = draw, dtype, layouts, max_inputs, form
         self.values: list[_Value] = []
         self.inputs: list[tuple[str, TensorRecipe]] = []
         self.buffers: list[tuple[str, TensorRecipe]] = []
@@ -262,6 +262,11 @@ class _Drawing:
         except _NoRoom:
             return False
         metas = {v.name: v.meta for v in chosen}
+        if self.form == "edge" and spec.op is torch.ops.aten.copy_.default and len(chosen) == 2 \
+                and chosen[0].meta.shape != chosen[1].meta.shape:
+            # to_edge (ExecuTorch 1.x) replaces a broadcasting copy_ by its source, so the ops that read the
+            # written tensor get the source's shape and the program does not build at all.
+            return False
         try:
             result = spec.op(*_substitute(args, metas), **_substitute(kwargs, metas))
         except (RuntimeError, ValueError, IndexError, TypeError):
@@ -335,7 +340,7 @@ def graphs(draw, ops: Sequence[Any] = VIEW_COPY_OPS + INPLACE_OPS + POINTWISE_OP
     specs = [op if isinstance(op, OpSpec) else op_spec(op, registry) for op in ops]
     if isinstance(dtype, st.SearchStrategy):
         dtype = draw(dtype)
-    drawing = _Drawing(draw, dtype, layouts, max_inputs)
+    drawing = _Drawing(draw, dtype, layouts, max_inputs, form)
     for _ in range(draw(st.integers(0, max_buffers))):
         drawing.add_leaf(draw(tensor_recipes(shapes(0, 3), dtype, layouts=False)), "buffer")
     # Inputs are created as calls need them, so each fits the op that first reads it. Each call is
