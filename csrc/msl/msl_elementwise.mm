@@ -22,6 +22,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "shimkit/dense.h"
 #include "shimkit/dtype.h"
 
 // In the runtime's namespace, as its own shims: AOTITensorHandle, Tensor, ETMetalShaderLibrary.
@@ -40,15 +41,7 @@ ETMetalShaderLibrary& library_for(const char* source) {
   return *slot;
 }
 
-// The kernels index every argument by out's element index.
-bool is_contiguous(const Tensor& t) {
-  int64_t expected = 1;
-  for (int d = t.dim() - 1; d >= 0; --d) {
-    if (t.size(d) != 1 && t.strides()[d] != expected) return false;
-    expected *= t.size(d);
-  }
-  return true;
-}
+using shimkit::is_contiguous;  // the kernels index every argument by out's element index
 
 }  // namespace
 

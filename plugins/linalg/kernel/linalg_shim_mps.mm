@@ -20,6 +20,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "shimkit/dense.h"
+
 extern "C" const char shimkit_msl_source_lu_factor[];
 extern "C" const char shimkit_msl_source_lu_solve[];
 extern "C" const char shimkit_msl_source_cholesky[];
@@ -39,14 +41,7 @@ constexpr int32_t kInt = 3;
 // c10::DeviceType::MPS: the runtime keeps every tensor in Metal buffers.
 constexpr int32_t kMps = 13;
 
-bool is_contiguous(const Tensor& t) {
-  int64_t expected = 1;
-  for (int d = t.dim() - 1; d >= 0; --d) {
-    if (t.size(d) != 1 && t.strides()[d] != expected) return false;
-    expected *= t.size(d);
-  }
-  return true;
-}
+using shimkit::is_contiguous;
 
 bool non_null(const char* shim, std::initializer_list<const void*> handles) {
   for (const void* handle : handles) {

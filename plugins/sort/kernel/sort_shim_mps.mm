@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "shimkit/dense.h"
 #include "shimkit/dtype.h"
 
 extern "C" const char shimkit_msl_source_sort[];
@@ -27,14 +28,7 @@ namespace {
 // c10::DeviceType::MPS: the runtime keeps every tensor in Metal buffers.
 constexpr int32_t kMps = 13;
 
-bool is_contiguous(const Tensor& t) {
-  int64_t expected = 1;
-  for (int d = t.dim() - 1; d >= 0; --d) {
-    if (t.size(d) != 1 && t.strides()[d] != expected) return false;
-    expected *= t.size(d);
-  }
-  return true;
-}
+using shimkit::is_contiguous;
 
 }  // namespace
 
