@@ -80,11 +80,12 @@ class AuditCache:
 
 
 def audit_key(exported: Any, example_inputs: Iterable[Any], *, plugins: bool, check_numerics: bool | str,
-              target: str, registry: Any) -> str:
+              target: str, registry: Any, float64: str = "refuse") -> str:
     """The digest of everything that decides one model's audit report (see the module docstring)."""
     digest = hashlib.sha256()
     for part in (f"format={CACHE_FORMAT}", _environment(), f"plugins={plugins}",
-                 f"check_numerics={check_numerics}", f"target={target}", registry_fingerprint(registry)):
+                 f"check_numerics={check_numerics}", f"target={target}", f"float64={float64}",
+                 registry_fingerprint(registry)):
         digest.update(part.encode())
         digest.update(b"\0")
     if check_numerics == "execute":  # the runtime the programs link and the MSL translation decide too
@@ -207,7 +208,7 @@ def _environment() -> str:
 
 
 def audit_entry(spec: str, *, plugins: bool, check_numerics: bool | str, target: Any, cache: AuditCache | None,
-                registry: Any | None = None) -> dict[str, Any]:
+                registry: Any | None = None, float64: str = "refuse") -> dict[str, Any]:
     """One model's ``--json`` report entry, from ``cache`` when an identical audit is stored there (the
     entry then says ``"cached": true``), else audited and stored. A model that does not load or export is
     audited as usual (its failure is the report) and not cached."""
@@ -221,7 +222,7 @@ def audit_entry(spec: str, *, plugins: bool, check_numerics: bool | str, target:
         registry = get_registry()
     if cache is None:
         return to_json(run_audit([spec], plugins=plugins, registry=registry, check_numerics=check_numerics,
-                                 target=target))["models"][0]
+                                 target=target, float64=float64))["models"][0]
     try:
         loaded = load_model(spec)
         started = time.perf_counter()
@@ -229,10 +230,10 @@ def audit_entry(spec: str, *, plugins: bool, check_numerics: bool | str, target:
         export_seconds = time.perf_counter() - started
     except (Exception, SystemExit):  # the uncached audit below reports the failure as usual
         return to_json(run_audit([spec], plugins=plugins, registry=registry, check_numerics=check_numerics,
-                                 target=target))["models"][0]
+                                 target=target, float64=float64))["models"][0]
     try:
         key = audit_key(exported, loaded.example_inputs or exported.example_inputs[0], plugins=plugins,
-                        check_numerics=check_numerics, target=target.name, registry=registry)
+                        check_numerics=check_numerics, target=target.name, registry=registry, float64=float64)
     except Exception as error:  # the cache only saves time: a model it cannot key is audited, not failed
         print(f"shimkit audit: {spec} is not cached: its cache key failed: {type(error).__name__}: {error}",
               file=sys.stderr)
@@ -242,7 +243,7 @@ def audit_entry(spec: str, *, plugins: bool, check_numerics: bool | str, target:
         return {**stored, "name": spec, "cached": True}
     loaded.exported = exported
     config = registry.backend_config(target.device) if plugins else None
-    audit = audit_loaded(loaded, config=config, check_numerics=check_numerics, target=target)
+    audit = audit_loaded(loaded, config=config, check_numerics=check_numerics, target=target, float64=float64)
     audit.timings["export"] = export_seconds
     entry = to_json(AuditRun([audit], plugins, registry, config, target=target))["models"][0]
     if key is not None and entry["status"] != "interrupted":

@@ -60,6 +60,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--check-numerics", action="store_true",
                         help="also run each program handed to Inductor on the CPU, at the example sizes and "
                              "at other sizes its dynamic dimensions allow, against eager (max error per output)")
+    parser.add_argument("--float64", choices=("refuse", "float32"), default="refuse",
+                        help="float64 computation (Metal has no double): 'refuse' lowers it as written, which fails "
+                             "(the default); 'float32' computes it as float32 and lists every node whose precision "
+                             "changed")
     parser.add_argument("--execute", action="store_true",
                         help="compile the C++ program AOTInductor generates for each delegate and its Metal kernels "
                              "with the host compiler, link shimkit's stand-in of ExecuTorch's Metal runtime and the "
@@ -176,6 +180,7 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
                      "GPU with --check-numerics\n")
         return EXIT_INCOMPLETE
     numerics = EXECUTE if execute else args.check_numerics
+    float64 = getattr(args, "float64", "refuse")
     try:
         check_torch_version()
         target.check_available()
@@ -210,14 +215,16 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
                 if jobs > 1 and len(specs) > 1:
                     models, interrupted = audit_in_workers(
                         specs, plugins=plugins, check_numerics=numerics, jobs=min(jobs, len(specs)),
-                        timeout=getattr(args, "timeout", None), target=target, on_progress=progress, cache=cache)
+                        timeout=getattr(args, "timeout", None), target=target, on_progress=progress, cache=cache,
+                        float64=float64)
                     return document_of(models, plugins=plugins, interrupted=interrupted, target=target)
                 if cache is not None:
                     models, interrupted = audit_in_process(specs, plugins=plugins, check_numerics=numerics,
-                                                           target=target, cache=cache, on_progress=progress)
+                                                           target=target, cache=cache, on_progress=progress,
+                                                           float64=float64)
                     return document_of(models, plugins=plugins, interrupted=interrupted, target=target)
                 return to_json(run_audit(specs, plugins=plugins, on_progress=progress,
-                                         check_numerics=numerics, target=target))
+                                         check_numerics=numerics, target=target, float64=float64))
 
             document = audit(not args.no_plugins)
             if not args.no_plugins:

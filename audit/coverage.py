@@ -12,6 +12,10 @@ becomes a one-op model whose tensors are its inputs; it is exported and audited 
 * ``not-exportable``: ``torch.export`` itself fails (torch's gap, not ExecuTorch's);
 * ``no-sample``: OpInfo has no sample in that dtype; ``timeout``: the audit did not finish.
 
+The ops that fail with shimkit only for Metal's lack of float64 are audited once more with the float64
+policy ``float32`` (``shimkit.passes.float64``), their numbers checked against float64 eager (status
+``wrong`` where they do not hold), in a section of their own.
+
 Run ``python -m shimkit.audit.coverage -j 2 --json coverage.json --markdown docs/coverage.md``; ``--ops``
 takes name patterns for a subset. Workers are processes forked from the sweep's (shimkit.audit.workers); a
 crash or timeout in one op is that op's result, never the sweep's end, and Ctrl-C writes the reports of the
@@ -28,7 +32,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from shimkit.audit.workers import Failure, run_tasks
 
@@ -101,6 +105,12 @@ def _status(audit: Any) -> tuple[str, str]:
     if audit.failure is None:
         if audit.missing:
             return "missing", ", ".join(sorted({k.name for k in audit.missing}))
+        numerics = audit.numerics
+        if numerics is not None and numerics.checks:
+            error = max((e for check in numerics.checks for e in check.max_errors), default=0.0)
+            if not numerics.ok:
+                return "wrong", next((c.error for c in numerics.checks if c.error), f"max error {error:.3g}")
+            return "clean", f"max error {error:.3g}"
         return "clean", ""
     failure = audit.failure
     message = failure.message.splitlines()[0][:300] if failure.message else ""
@@ -113,8 +123,10 @@ def _status(audit: Any) -> tuple[str, str]:
     return "error", f"{failure.phase}: {message}"
 
 
-def audit_op(name: str, dtype_name: str) -> OpResult:
-    """Audit one OpInfo op stock and with shimkit (in this process)."""
+def audit_op(name: str, dtype_name: str, *, float64: str = "refuse", check_numerics: bool = False) -> OpResult:
+    """Audit one OpInfo op stock and with shimkit (in this process); ``float64`` is the audit's float64
+    policy for the shimkit run; ``check_numerics`` holds a clean lowering to eager's numbers too (a result
+    that is not is "wrong", its error the detail)."""
     import torch
 
     from shimkit.audit.loader import LoadedModel
@@ -141,7 +153,8 @@ def audit_op(name: str, dtype_name: str) -> OpResult:
             detail = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
             return OpResult(name, dtype_name, "not-exportable", "not-exportable", detail, detail,
                             time.perf_counter() - start)
-        audit = audit_loaded(LoadedModel(name, exported=exported), config=config)
+        audit = audit_loaded(LoadedModel(name, exported=exported), config=config,
+                             float64=float64 if config is not None else "refuse", check_numerics=check_numerics)
         results.append(_status(audit))
     (stock, stock_detail), (shimkit, shimkit_detail) = results
     return OpResult(name, dtype_name, stock, shimkit, stock_detail, shimkit_detail, time.perf_counter() - start)
@@ -227,6 +240,13 @@ def _held_back(op: str) -> str | None:
                  if fnmatch.fnmatchcase(op, pattern) or fnmatch.fnmatchcase(op, pattern + ".*")), None)
 
 
+def float64_opt_in(results: list[OpResult]) -> list[OpResult]:
+    """The ops that fail with shimkit only because Metal has no float64, audited again (in this process) with
+    the float64 policy ``float32`` and their numbers checked against float64 eager."""
+    return [audit_op(r.op, r.dtype, float64="float32", check_numerics=True) for r in results
+            if r.shimkit == "error" and "float64" in r.shimkit_detail]
+
+
 def totals(results: list[OpResult]) -> dict[str, dict[str, int]]:
     """Counts per status, stock and with shimkit."""
     return {"stock": dict(Counter(r.stock for r in results)), "shimkit": dict(Counter(r.shimkit for r in results))}
@@ -242,7 +262,7 @@ def goal(results: list[OpResult]) -> dict[str, Any]:
             "share": round(len(clean) / len(eligible), 4) if eligible else None}
 
 
-def to_markdown(results: list[OpResult], seconds: float, jobs: int) -> str:
+def to_markdown(results: list[OpResult], seconds: float, jobs: int, float64: Sequence[OpResult] = ()) -> str:
     counts = totals(results)
     measured = goal(results)
     lines = ["# Op coverage: PyTorch's OpInfo database through the Metal lowering", "",
@@ -281,6 +301,13 @@ def to_markdown(results: list[OpResult], seconds: float, jobs: int) -> str:
     lines += ["", "Left as they are on purpose (Inductor's Metal code for them, run on the CPU, disagrees "
               "with ATen; `plugins/metal_generated.py`):", ""]
     lines += [f"- `{op}`: {why}" for op, why in held] or ["(none)"]
+    lines += ["", "## float64 computed as float32 (opt-in: `shimkit audit --float64 float32`)", "",
+              "Metal has no double: by default these fail, as they should. With the opt-in "
+              "(`shimkit.passes.float64`) every float64 node is computed as float32 and named in the report; "
+              "the error is the largest against float64 eager:", "",
+              "| op | dtype | shimkit with the opt-in | max error vs float64 eager |", "| --- | --- | --- | --- |"]
+    lines += [f"| `{r.op}` | {r.dtype} | {r.shimkit} | {r.shimkit_detail.replace('max error ', '') or '-'} |"
+              for r in float64] or ["| (none) | | | |"]
     lines += ["", "## Every op", "", "| op | dtype | stock | shimkit | why (shimkit, else stock) |",
               "| --- | --- | --- | --- | --- |"]
     for r in sorted(results, key=lambda r: (r.op, r.dtype)):
@@ -318,17 +345,18 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr, flush=True)
 
     results, interrupted = sweep(names, args.dtypes.split(","), args.jobs, args.timeout, progress)
+    float64 = float64_opt_in(results) if not interrupted else []
     seconds = time.perf_counter() - start
     if interrupted:
         print(f"interrupted: the reports cover the {len(results)} (op, dtype) pairs finished", file=sys.stderr)
     document = {"seconds": round(seconds, 1), "jobs": args.jobs, "totals": totals(results), "goal": goal(results),
-                "results": [asdict(r) for r in results]}
+                "results": [asdict(r) for r in results], "float64_opt_in": [asdict(r) for r in float64]}
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(document, handle, indent=1)
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as handle:
-            handle.write(to_markdown(results, seconds, args.jobs))
+            handle.write(to_markdown(results, seconds, args.jobs, float64))
     print(json.dumps({"seconds": document["seconds"], "totals": document["totals"], "goal": document["goal"]}))
     return 130 if interrupted else 0
 

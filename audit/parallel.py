@@ -40,7 +40,7 @@ def shard(specs: Sequence[str], selector: str) -> list[str]:
 
 
 def _audit_one(spec: str, plugins: bool, check_numerics: bool | str, target_name: str = METAL.name,
-               cache: AuditCache | None = None) -> dict[str, Any]:
+               cache: AuditCache | None = None, float64: str = "refuse") -> dict[str, Any]:
     import contextlib
     import sys
     import warnings
@@ -48,13 +48,13 @@ def _audit_one(spec: str, plugins: bool, check_numerics: bool | str, target_name
     with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
         warnings.simplefilter("ignore")
         return audit_entry(spec, plugins=plugins, check_numerics=check_numerics, target=TARGETS[target_name],
-                           cache=cache)
+                           cache=cache, float64=float64)
 
 
 def audit_in_process(specs: Sequence[str], *, plugins: bool, check_numerics: bool | str, target: Target = METAL,
                      cache: AuditCache | None = None,
                      on_progress: Callable[[int, int, str, dict[str, Any] | None], None] | None = None,
-                     ) -> tuple[list[dict[str, Any]], bool]:
+                     float64: str = "refuse") -> tuple[list[dict[str, Any]], bool]:
     """:func:`audit_in_workers` in this process, one model after the other (``-j 1``)."""
     models: list[dict[str, Any]] = []
     index = 0
@@ -63,7 +63,7 @@ def audit_in_process(specs: Sequence[str], *, plugins: bool, check_numerics: boo
             if on_progress:
                 on_progress(index, len(specs), spec, None)
             models.append(audit_entry(spec, plugins=plugins, check_numerics=check_numerics, target=target,
-                                      cache=cache))
+                                      cache=cache, float64=float64))
             if on_progress:
                 on_progress(index, len(specs), spec, models[-1])
     except KeyboardInterrupt:
@@ -88,13 +88,13 @@ def failure_entry(spec: str, failure: Failure) -> dict[str, Any]:
             "failure": {"kind": status, "phase": failure.phase, "message": failure.message, "op": None,
                         "node": None, "traceback": ""},
             "timings_s": {**dict.fromkeys(PHASES, 0.0), "total": round(failure.seconds, 3)}, "numerics": None,
-            "declines": [], "cached": False}
+            "declines": [], "precision": [], "cached": False}
 
 
 def audit_in_workers(specs: Sequence[str], *, plugins: bool, check_numerics: bool | str, jobs: int,
                      timeout: float | None, target: Target = METAL,
                      on_progress: Callable[[int, int, str, dict[str, Any] | None], None] | None = None,
-                     cache: AuditCache | None = None) -> tuple[list[dict[str, Any]], bool]:
+                     cache: AuditCache | None = None, float64: str = "refuse") -> tuple[list[dict[str, Any]], bool]:
     """Every model of ``specs`` audited in ``jobs`` worker processes (:mod:`shimkit.audit.workers`): their
     report entries, in order, and whether Ctrl-C cut the run short (the entries then end with the model
     it interrupted)."""
@@ -102,7 +102,7 @@ def audit_in_workers(specs: Sequence[str], *, plugins: bool, check_numerics: boo
     # survive a fork). CUDA does not survive one either: workers that lower on a real GPU start afresh, one
     # per model, so that a CUDA fault in one model (it poisons the process's context) cannot fail the next.
     return run_tasks(functools.partial(_audit_one, plugins=plugins, check_numerics=check_numerics,
-                                       target_name=target.name, cache=cache),
+                                       target_name=target.name, cache=cache, float64=float64),
                      specs, jobs=jobs, timeout=timeout, on_failure=failure_entry, initializer=_single_threaded_torch,
                      start_method="fork" if target.fake_device else "spawn",
                      tasks_per_worker=None if target.fake_device else 1, on_progress=on_progress)

@@ -16,7 +16,7 @@ from shimkit.audit.exit_status import EXIT_CLEAN, EXIT_INCOMPLETE, EXIT_INTERRUP
 from shimkit.audit.runner import PHASES, AuditRun, ModelAudit
 from shimkit.audit.targets import METAL, TARGETS, Target
 
-SCHEMA_VERSION = 1  # additions since: "numerics", "declines", "cached" per model; status "wrong"; failure
+SCHEMA_VERSION = 1  # additions since: "numerics", "declines", "precision", "cached" per model; status "wrong"; failure
 # "traceback"; summary "cached"; numerics "ran"
 
 
@@ -145,6 +145,8 @@ def _model_json(audit: ModelAudit, run: AuditRun) -> dict[str, Any]:
         "timings_s": timings,
         "numerics": _numerics_json(audit.numerics),
         "declines": [{"op": d.op, "node": d.node, "where": d.where, "reason": d.reason} for d in audit.declines],
+        "precision": [{"op": c.op, "node": c.node, "where": c.where, "change": "float64 computed as float32"}
+                      for c in audit.precision],
         "cached": False,
     }
 
@@ -257,6 +259,8 @@ def render_model(model: dict[str, Any]) -> str:
             lines.append(f"    at {_source_text(failure['node'])}")
     for decline in model["declines"]:
         lines.append(f"  declined: {decline['op']} at {decline['where']}: {decline['reason']}")
+    for change in model.get("precision", ()):
+        lines.append(f"  precision: float64 computed as float32 at {change['where']}")
     numerics = model["numerics"]
     if numerics is not None:
         if numerics.get("ran") == "program":

@@ -30,6 +30,8 @@ from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder, graph_
 from shimkit.audit.speed import cia_ops_materialized_once
 from shimkit.audit.targets import METAL, Target
 from shimkit.passes.decompose import Decline, recording_declines
+from shimkit.passes.float64 import POLICIES as FLOAT64_POLICIES
+from shimkit.passes.float64 import PrecisionChange, lower_float64_as_float32
 
 PHASES = ("export", "to_edge", "backend_passes", "inductor", "codegen", "numerics")
 
@@ -69,6 +71,7 @@ class ModelAudit:
     partitions: int = 0
     numerics: NumericsReport | None = None
     declines: list[Decline] = field(default_factory=list)
+    precision: list[PrecisionChange] = field(default_factory=list)
 
     @property
     def missing(self) -> list[KernelCall]:
@@ -222,13 +225,18 @@ def export_model(loaded: LoadedModel) -> torch.export.ExportedProgram:
 
 
 def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = True,
-                 check_numerics: bool | str = False, target: Target = METAL) -> ModelAudit:
+                 check_numerics: bool | str = False, target: Target = METAL, float64: str = "refuse") -> ModelAudit:
     """Audit one loaded model with ``target``'s backend configured from ``config`` (a registry
     ``BackendConfig``); ``None`` audits the stock upstream backend. ``speedups=False``
     leaves out :mod:`shimkit.audit.speed` (same report, slower; for comparing the two).
     ``check_numerics`` also runs the programs handed to Inductor against eager: on the CPU for Metal,
     compiled by AOTInductor on the GPU for CUDA (:mod:`shimkit.audit.numerics`); ``check_numerics="execute"``
-    (Metal) compiles the generated Metal programs and runs those instead (:mod:`shimkit.metal.program`)."""
+    (Metal) compiles the generated Metal programs and runs those instead (:mod:`shimkit.metal.program`).
+    ``float64="float32"`` lowers float64 computation as float32 with shimkit's plugins
+    (:mod:`shimkit.passes.float64`), listing every node it changed in ``precision``; the stock backend is
+    audited as it is."""
+    if float64 not in FLOAT64_POLICIES:
+        raise ValueError(f"float64 must be one of {FLOAT64_POLICIES}, got {float64!r}")
     audit = ModelAudit(loaded.name, plugins=config is not None)
     clock = _PhaseClock()
     leftovers = _LoweringLeftovers()
@@ -242,7 +250,7 @@ def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = Tr
         speed.callback(leftovers.release)
         with telling_ctrl_c_apart() as ctrl_c:
             try:
-                _audit_into(audit, loaded, config, clock, watch, recorder, check_numerics, target)
+                _audit_into(audit, loaded, config, clock, watch, recorder, check_numerics, target, float64)
             except KeyboardInterrupt as error:
                 if is_ctrl_c(error, ctrl_c):
                     raise
@@ -254,7 +262,7 @@ def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = Tr
 
 def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, clock: _PhaseClock,
                 watch: _LoweringWatch, recorder: KernelRecorder, check_numerics: bool | str = False,
-                target: Target = METAL) -> None:
+                target: Target = METAL, float64: str = "refuse") -> None:
     from executorch.exir import to_edge_transform_and_lower
 
     try:
@@ -264,6 +272,7 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
         watch.current_phase = "to_edge"
         delegates: list[Callable[..., Any]] = []
         unavailable: list[str] = []
+        float64_eager: Any = None
         with contextlib.ExitStack() as scope:
             if config is not None:
                 from shimkit.integration import registry_backend
@@ -290,6 +299,10 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
             with clock.phase("to_edge"):
                 options = {}
                 if config is not None:  # what a user runs around stock to_edge (README, "Before to_edge")
+                    if float64 == "float32":
+                        if loaded.model is None and check_numerics:  # eager is the program as exported
+                            float64_eager = copy.deepcopy(exported).module()
+                        exported, audit.precision = lower_float64_as_float32(exported)
                     exported = config.prepare_for_edge(exported)
                     options["compile_config"] = config.edge_compile_config()
                 lowered = to_edge_transform_and_lower(
@@ -304,7 +317,7 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
         return
     if check_numerics:
         executing = check_numerics == numerics_check.EXECUTE
-        eager = loaded.model if loaded.model is not None else exported.module()
+        eager = loaded.model if loaded.model is not None else float64_eager or exported.module()
         if not target.fake_device:
             eager = numerics_check.on_device(eager, torch.device(target.device))
         with clock.phase("numerics"):
@@ -318,7 +331,8 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
                     assert session is not None  # --execute is refused for targets without a fake device
                     delegates = numerics_check.executed_programs(session.wrapper_sources, delegates, config)
                 audit.numerics = numerics_check.compare(lowered.exported_program(), delegates, eager, exported,
-                                                  tuple(loaded.example_inputs or exported.example_inputs[0]))
+                                                  tuple(loaded.example_inputs or exported.example_inputs[0]),
+                                                  float64_as_float32=bool(audit.precision))
             except Exception as error:  # the check could not run: said so, never a crash of the audit
                 audit.numerics = NumericsReport(unavailable=f"{type(error).__name__}: {error}"[:500])
             if executing:
@@ -394,7 +408,8 @@ class AuditRun:
 
 def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = None,
               speedups: bool = True, check_numerics: bool | str = False, target: Target = METAL,
-              on_progress: Callable[[int, int, str, ModelAudit | None], None] | None = None) -> AuditRun:
+              on_progress: Callable[[int, int, str, ModelAudit | None], None] | None = None,
+              float64: str = "refuse") -> AuditRun:
     """Audit each MODEL in ``specs``. ``registry`` defaults to the process-wide one; with
     ``plugins=False`` the stock backend is audited and the registry only informs fix hints.
     ``on_progress(index, total, name, audit)`` is called before (``audit=None``) and after each.
@@ -419,7 +434,7 @@ def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = 
                                    failure=Failure(kind="error", phase="load", message=str(error)))
             else:
                 audit = audit_loaded(loaded, config=config, speedups=speedups, check_numerics=check_numerics,
-                                     target=target)
+                                     target=target, float64=float64)
             models.append(audit)
             if on_progress:
                 on_progress(index, len(specs), spec, audit)

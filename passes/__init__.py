@@ -16,12 +16,14 @@ VERSIONS = check_versions()  # before the passes import torch.fx and executorch 
 from shimkit.passes.addmm import AddmmPolicy
 from shimkit.passes.base import PassContext, PassError, PassResult, ShimkitPass, describe_node
 from shimkit.passes.decompose import DecomposeInPlace
+from shimkit.passes.float64 import Float64AsFloat32, PrecisionChange, lower_float64_as_float32
 from shimkit.passes.linear import DecomposeLinear
 from shimkit.passes.pipeline import PassRecord, Pipeline, PipelineError, PipelineReport, count_ops
 from shimkit.passes.view_replacement import VIEW_OF_COPY, ReplaceViewCopyWithView
 
 __all__ = [
-    "AddmmPolicy", "DecomposeInPlace", "DecomposeLinear", "PassContext", "PassError", "PassRecord",
-    "PassResult", "Pipeline", "PipelineError", "PipelineReport", "ReplaceViewCopyWithView", "ShimkitPass",
-    "VIEW_OF_COPY", "count_ops", "describe_node",
+    "AddmmPolicy", "DecomposeInPlace", "DecomposeLinear", "Float64AsFloat32", "PassContext", "PassError",
+    "PassRecord", "PassResult", "Pipeline", "PipelineError", "PipelineReport", "PrecisionChange",
+    "ReplaceViewCopyWithView", "ShimkitPass", "VIEW_OF_COPY", "count_ops", "describe_node",
+    "lower_float64_as_float32",
 ]
