@@ -101,7 +101,7 @@ TOP = {"schema_version", "tool", "versions", "backend", "device", "plugins", "st
 SUMMARY = {"models", "clean", "missing", "wrong", "unchecked", "limitation", "error", "interrupted",
            "missing_kernels", "cached"}
 MODEL = {"name", "status", "partitions", "kernels", "missing", "upstream_errors", "failure", "timings_s",
-         "numerics", "declines", "cached"}
+         "numerics", "declines", "precision", "cached"}
 KERNEL = {"name", "mechanism", "op", "status", "provider", "nodes", "fixes"}
 PROVIDER = {"plugin", "source", "op"}
 NODE = {"name", "target", "source", "stack_trace"}
