@@ -18,10 +18,8 @@ audit lists them. A program without float64 is left as it is.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import fx
@@ -29,6 +27,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from torch.utils import _pytree as pytree
 
 from shimkit.passes.base import PassContext, PassError, ShimkitPass, describe_node
+from shimkit.passes.meta import fake_mode_of
 
 PRECISION_META = "shimkit_precision"
 
@@ -43,20 +42,6 @@ class PrecisionChange:
 
 
 POLICIES = ("refuse", "float32")
-
-_recorded: contextvars.ContextVar[list[PrecisionChange] | None] = contextvars.ContextVar(
-    "shimkit_precision_changes", default=None)
-
-
-@contextlib.contextmanager
-def recording_precision_changes() -> Iterator[list[PrecisionChange]]:
-    """Collect every :class:`PrecisionChange` of the float64 passes run inside the block (the audit's list)."""
-    collected: list[PrecisionChange] = []
-    token = _recorded.set(collected)
-    try:
-        yield collected
-    finally:
-        _recorded.reset(token)
 
 
 def _has_float64(value: Any) -> bool:
@@ -97,7 +82,7 @@ class Float64AsFloat32(ShimkitPass):
 
     def transform(self, graph: fx.Graph, context: PassContext) -> bool:
         program = context.exported_program
-        if program is None:
+        if program is None or not isinstance(context.module, fx.GraphModule):
             raise PassError(self.pass_name, None, "needs the exported program (its inputs and weights change "
                                                   "dtype too): call it on an ExportedProgram")
         changed = [node for node in graph.nodes if _has_float64(node.meta.get("val"))]
@@ -112,34 +97,25 @@ class Float64AsFloat32(ShimkitPass):
                     rewritten = True
         if not changed and not rewritten:
             return False
+        fake_mode = fake_mode_of(graph)
+        if fake_mode is None:
+            raise PassError(self.pass_name, None, "the program's nodes carry no fake values to propagate")
         for weights in (program.state_dict, program.constants):
             for key, value in list(weights.items()):
                 if isinstance(value, torch.Tensor) and value.dtype == torch.float64:
                     converted = value.detach().to(torch.float32)
                     weights[key] = (torch.nn.Parameter(converted, requires_grad=value.requires_grad)
                                     if isinstance(value, torch.nn.Parameter) else converted)
-        self._propagate(graph, context)
+        # The fake values again, from float32 placeholders: every later pass sees the new dtypes.
+        placeholders = list(graph.find_nodes(op="placeholder"))
+        with fake_mode:
+            inputs = [pytree.tree_map(lambda v: v.to(torch.float32) if isinstance(v, torch.Tensor)
+                                      and v.dtype == torch.float64 else v, node.meta.get("val"))
+                      for node in placeholders]
+        for node, value in zip(placeholders, inputs):
+            node.meta["val"] = value
+        FakeTensorProp(context.module, mode=fake_mode).propagate_dont_convert_inputs(*inputs)
         self.changes = changes
         for node in changed:
             node.meta[PRECISION_META] = "float64 computed as float32"
-        collected = _recorded.get()
-        if collected is not None:
-            collected.extend(changes)
         return True
-
-    def _propagate(self, graph: fx.Graph, context: PassContext) -> None:
-        placeholders = [node for node in graph.nodes if node.op == "placeholder"]
-        values = [node.meta.get("val") for node in placeholders]
-        fake_mode = next((v.fake_mode for v in values if hasattr(v, "fake_mode")), None)
-        if fake_mode is None:
-            raise PassError(self.pass_name, None, "the program's placeholders carry no fake values to propagate")
-        with fake_mode:
-            inputs = [pytree.tree_map(lambda v: v.to(torch.float32) if isinstance(v, torch.Tensor)
-                                      and v.dtype == torch.float64 else v, value) for value in values]
-        for node, value in zip(placeholders, inputs):
-            node.meta["val"] = value
-        module = context.module if isinstance(context.module, fx.GraphModule) else None
-        if module is None:
-            raise PassError(self.pass_name, None, "needs the program's graph module")
-        module.recompile()
-        FakeTensorProp(module, mode=fake_mode).propagate_dont_convert_inputs(*inputs)

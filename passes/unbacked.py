@@ -15,21 +15,10 @@ binds fresh ones for each data-dependent node.
 
 from __future__ import annotations
 
-from typing import Any
-
 from torch import fx
 
 from shimkit.passes.base import PassContext, ShimkitPass
-
-
-def _shape_envs(graph: fx.Graph) -> list[Any]:
-    envs: dict[int, Any] = {}
-    for node in graph.nodes:
-        value = node.meta.get("val")
-        env = getattr(getattr(value, "fake_mode", None), "shape_env", None)
-        if env is not None:
-            envs.setdefault(id(env), env)
-    return list(envs.values())
+from shimkit.passes.meta import shape_env_of
 
 
 class ForgetStaleUnbackedSymbols(ShimkitPass):
@@ -37,6 +26,7 @@ class ForgetStaleUnbackedSymbols(ShimkitPass):
     left as it is (the result says unmodified)."""
 
     def transform(self, graph: fx.Graph, context: PassContext) -> bool:
-        for env in _shape_envs(graph):
-            env.pending_fresh_unbacked_symbols.clear()
+        shape_env = shape_env_of(graph)
+        if shape_env is not None:
+            shape_env.pending_fresh_unbacked_symbols.clear()
         return False
