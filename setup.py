@@ -83,6 +83,7 @@ setup(
         "executorch>=1.5.1,<1.6",
         "pluggy>=1.5",
         "pybind11>=2.12",
+        "libclang>=18.1",
     ],
     extras_require={"test": ["pytest>=8", "hypothesis>=6.100"], "suites": ["transformers>=4.50"]},
     entry_points={

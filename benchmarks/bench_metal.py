@@ -29,7 +29,7 @@ import uuid
 
 import torch
 
-from shimkit.metal import compile_shader
+from shimkit.metal import ShaderLibrary, compile_shader
 
 ELEMENTWISE = """
 kernel void fma_like(device float* out, constant float* a, constant float* b, uint i [[thread_position_in_grid]]) {
@@ -116,6 +116,21 @@ def median_seconds(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
+def cooperative(label: str, source: str, name: str, arguments: tuple, threads: int, group: int, eager_fn,
+                repeat: int) -> None:
+    """One kernel with barriers, split into loops (the default) and on fibers, against eager torch."""
+    eager = median_seconds(eager_fn, repeat)
+    figures = []
+    for split in (True, False):
+        kernel = getattr(ShaderLibrary(source, split_barriers=split), name)
+        run = lambda: kernel(*arguments, threads=(threads,), group_size=(group,))  # noqa: E731
+        run()
+        torch.testing.assert_close(arguments[0], eager_fn(), rtol=1e-4, atol=1e-3)
+        seconds = median_seconds(run, max(1, repeat // 2))
+        figures.append(f"{kernel.execution} {seconds * 1e3:.1f} ms ({seconds / eager:.0f}x)")
+    print(f"{label}: {', '.join(figures)}; eager {eager * 1e3:.2f} ms")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=5)
@@ -143,37 +158,14 @@ def main() -> int:
     print(f"elementwise 1M: shimkit.metal {metal * 1e3:.2f} ms, eager {eager * 1e3:.2f} ms, "
           f"ratio {metal / eager:.1f}x")
 
-    rows = compile_shader(ROW_SUM)
     x = torch.randn(4096, 4096)
-    sums = torch.empty(4096)
-    run = lambda: rows.row_sum(sums, x, 4096, threads=(4096 * 1024,), group_size=(1024,))  # noqa: E731
-    run()
-    torch.testing.assert_close(sums, x.sum(-1), rtol=1e-4, atol=1e-3)
-    metal = median_seconds(run, max(1, args.repeat // 2))
-    eager = median_seconds(lambda: x.sum(-1), args.repeat)
-    print(f"row reduction 4096x4096: shimkit.metal {metal * 1e3:.0f} ms, eager {eager * 1e3:.2f} ms, "
-          f"ratio {metal / eager:.0f}x")
-
+    cooperative("row reduction 4096x4096", ROW_SUM, "row_sum", (torch.empty(4096), x, 4096), 4096 * 1024, 1024,
+                lambda: x.sum(-1), args.repeat)
     square = torch.randn(1024, 1024)
-    tree = compile_shader(TREE_SUM)
-    row_sums = torch.empty(1024)
-    run = lambda: tree.tree_sum(row_sums, square, 1024, threads=(1024 * 256,), group_size=(256,))  # noqa: E731
-    run()
-    torch.testing.assert_close(row_sums, square.sum(1), rtol=1e-4, atol=1e-3)
-    metal = median_seconds(run, max(1, args.repeat // 2))
-    eager = median_seconds(lambda: square.sum(1), args.repeat)
-    print(f"tree reduction 1024x1024: shimkit.metal {metal * 1e3:.0f} ms, eager {eager * 1e3:.2f} ms, "
-          f"ratio {metal / eager:.0f}x")
-
-    softmax = compile_shader(SOFTMAX)
-    probabilities = torch.empty_like(square)
-    run = lambda: softmax.softmax(probabilities, square, 1024, threads=(1024 * 1024,), group_size=(1024,))  # noqa: E731
-    run()
-    torch.testing.assert_close(probabilities, torch.softmax(square, -1))
-    metal = median_seconds(run, max(1, args.repeat // 2))
-    eager = median_seconds(lambda: torch.softmax(square, -1), args.repeat)
-    print(f"simdgroup softmax 1024x1024: shimkit.metal {metal * 1e3:.0f} ms, eager {eager * 1e3:.2f} ms, "
-          f"ratio {metal / eager:.0f}x")
+    cooperative("tree reduction 1024x1024", TREE_SUM, "tree_sum", (torch.empty(1024), square, 1024), 1024 * 256,
+                256, lambda: square.sum(1), args.repeat)
+    cooperative("simdgroup softmax 1024x1024", SOFTMAX, "softmax", (torch.empty_like(square), square, 1024),
+                1024 * 1024, 1024, lambda: torch.softmax(square, -1), args.repeat)
     print(f"(threads: torch {torch.get_num_threads()}, shimkit.metal workers {os.cpu_count()})")
     return 0
 

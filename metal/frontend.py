@@ -83,6 +83,8 @@ class KernelInfo:
     cooperative: bool
     max_threads: int | None
     measures_threadgroup: bool = False   # whether it declares threadgroup memory (measured by one dry call)
+    split: str | None = None             # its group function (metal/loops.py), if it was split at its barriers
+    fibers_because: str | None = None    # why a cooperative kernel was not split
 
 
 @dataclass
@@ -444,11 +446,17 @@ def launcher(kernel: KernelInfo, index: int) -> str:
             arguments.append(f"::shimkit_metal::from_index<{param}>(t.{parameter.binding})")
         else:
             arguments.append(f"::shimkit_metal::from_index<{param}>({parameter.binding})")
-    cooperative = "true" if kernel.cooperative else "false"
+    if kernel.split:
+        buffers = [a for a, p in zip(arguments, kernel.parameters) if p.kind == "buffer"]
+        run = (f"::shimkit_metal::launch<::shimkit_metal::Execution::kSplit>(*d, [&](const ::shimkit_metal::ThreadInfo* "
+               f"threads, ::shimkit_metal::uint count) {{ {kernel.split}({', '.join([*buffers, 'threads', 'count'])}); }})")
+    else:
+        execution = "kFibers" if kernel.cooperative else "kLoop"
+        run = (f"::shimkit_metal::launch<::shimkit_metal::Execution::{execution}>(*d, [&](const ::shimkit_metal::ThreadInfo& t) "
+               f"{{ F({', '.join(arguments)}); }})")
     return (f"SHIMKIT_EXPORT int shimkit_launch_{index}(void** args, const ::shimkit_metal::Dispatch* d) {{ "
             f"constexpr auto F = &{kernel.function}; "
-            f"return ::shimkit_metal::launch(*d, {cooperative}, [&](const ::shimkit_metal::ThreadInfo& t) "
-            f"{{ F({', '.join(arguments)}); }}); }} "
+            f"return {run}; }} "
             f"SHIMKIT_EXPORT unsigned long shimkit_tg_{index}() {{ "
             + (f"constexpr auto F = &{kernel.function}; "
                f"return ::shimkit_metal::measure_threadgroup([] {{ alignas(64) static char zeros[4096] = {{}}; "

@@ -10,6 +10,7 @@ as 32-bit floats, ints and bools as 64-bit longs, lists as arrays; ``arg_casts``
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import os
@@ -25,7 +26,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import torch
 
 from shimkit.csrc.build import SANITIZER_FLAGS, build_dir
-from shimkit.metal.frontend import KernelInfo, Translation, check_supported, embed_headers, translate
+from shimkit.metal.frontend import KernelInfo, Translation, check_supported, embed_headers, launcher, translate
+from shimkit.metal.loops import group_function, split_kernels
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 TORCH_INCLUDE = Path(torch.__file__).resolve().parent / "include"
@@ -76,19 +78,20 @@ def _headers_digest() -> str:
 
 
 def compile_library(source: str, *, sanitize: bool | None = None, ucontext_fibers: bool = False,
-                    kernels: Iterable[str] | None = None) -> tuple[ctypes.CDLL, Translation]:
+                    split_barriers: bool = True, kernels: Iterable[str] | None = None) -> tuple[ctypes.CDLL, Translation]:
     """The loaded library for ``source`` and its translation, compiled once per process and cached on disk.
 
     ``kernels`` names the kernels whose launchers the library exports (all for ``None``): a library of
     many template instantiations, such as ATen's sort with 700, compiles in a fraction of the time for the
     few a caller launches. ``ucontext_fibers`` switches cooperative fibers with glibc's ``swapcontext``
     instead of shimkit's own context switch (what AddressSanitizer builds and non-x86-64 hosts use): the
-    reference the fast path is tested against."""
+    reference the fast path is tested against. ``split_barriers=False`` runs every kernel with barriers or
+    simdgroup functions on fibers, the reference the work-group loops (``loops.py``) are tested against."""
     if not isinstance(source, str):
         raise TypeError(f"compile_shader expects the MSL source as a str, got {type(source).__name__}")
     sanitize = os.environ.get("SHIMKIT_SANITIZE") == "1" if sanitize is None else sanitize
     subset = None if kernels is None else tuple(sorted(kernels))
-    key = (source, sanitize, ucontext_fibers, subset)
+    key = (source, sanitize, ucontext_fibers, split_barriers, subset)
     with _lock:
         if key in _compiled:
             return _compiled[key]
@@ -99,7 +102,7 @@ def compile_library(source: str, *, sanitize: bool | None = None, ucontext_fiber
             if key in _compiled:
                 return _compiled[key]
         compiler = _compiler()
-        translation = _translation(source)
+        translation = _translation(source, split_barriers)
         cpp = f'#include "metal_stdlib"\n{translation.cpp_for(subset)}'
         flags = (list(FLAGS) + _half_rounding_flags(tuple(compiler)) + (list(SANITIZER_FLAGS) if sanitize else [])
                  + (["-DSHIMKIT_METAL_UCONTEXT"] if ucontext_fibers else []))
@@ -145,10 +148,28 @@ def _compiler() -> list[str]:
 
 
 @functools.lru_cache(maxsize=64)
-def _translation(source: str) -> Translation:
-    """The checked, preprocessed and translated ``source`` (compiler errors quote the MSL)."""
-    check_supported(source)
-    return translate(_preprocess(_compiler(), embed_headers(source, TORCH_INCLUDE), source))
+def _translation(source: str, split_barriers: bool = True) -> Translation:
+    """The checked, preprocessed and translated ``source`` (compiler errors quote the MSL), its cooperative
+    kernels split at their barriers where they can be (``split_barriers``)."""
+    if not split_barriers:
+        check_supported(source)
+        return translate(_preprocess(_compiler(), embed_headers(source, TORCH_INCLUDE), source))
+    translation = _translation(source, False)
+    cooperative = {_qualified(k.function): k.parameters for k in translation.kernels.values() if k.cooperative}
+    split = split_kernels(translation.text, cooperative, INCLUDE_DIR, build_dir() / "metal" / "loops")
+    kernels = {}
+    for name, kernel in translation.kernels.items():
+        qualified = _qualified(kernel.function)
+        kernels[name] = dataclasses.replace(
+            kernel, split=group_function(kernel.function) if qualified in split.split else None,
+            fibers_because=split.reasons.get(qualified) if kernel.cooperative else None)
+    return Translation(text=split.text, kernels=kernels,
+                       launchers=[launcher(kernel, index) for index, kernel in enumerate(kernels.values())])
+
+
+def _qualified(function: str) -> str:
+    """``ns::f`` for the C++ expression ``::ns::f<float>`` naming a kernel."""
+    return function.partition("<")[0].strip().lstrip(":")
 
 
 def _preprocess(compiler: list[str], text: str, source: str) -> str:
@@ -204,8 +225,17 @@ class MetalKernel:
     @property
     def execution(self) -> str:
         """How the threads of a group run: ``"loop"`` (one after another, the kernel reaches no barrier or
-        simdgroup function) or ``"fibers"`` (cooperative fibers that switch at each of them)."""
-        return "fibers" if self._info.cooperative else "loop"
+        simdgroup function), ``"split"`` (loops over the group's threads between its barriers and
+        simdgroup functions: ``loops.py``) or ``"fibers"`` (cooperative fibers that switch at each of
+        them; :attr:`fibers_because` says why)."""
+        if not self._info.cooperative:
+            return "loop"
+        return "split" if self._info.split else "fibers"
+
+    @property
+    def fibers_because(self) -> str | None:
+        """Why a kernel runs on fibers rather than split into loops (None when it does not)."""
+        return self._info.fibers_because
 
     def __repr__(self) -> str:
         return f"<shimkit.metal kernel {self._info.name!r}: {self._info.buffers} buffers, runs as {self.execution}>"
@@ -358,13 +388,13 @@ class ShaderLibrary:
     The source is translated (and any error in it raised) at construction; its kernels compile then, or,
     past ``EAGER_KERNELS`` of them, each on its first use."""
 
-    def __init__(self, source: str, *, ucontext_fibers: bool = False) -> None:
-        self._source, self._ucontext_fibers = source, ucontext_fibers
-        translation = _translation(source)
+    def __init__(self, source: str, *, ucontext_fibers: bool = False, split_barriers: bool = True) -> None:
+        self._source, self._ucontext_fibers, self._split = source, ucontext_fibers, split_barriers
+        translation = _translation(source, split_barriers)
         self._infos = {name: (index, info) for index, (name, info) in enumerate(translation.kernels.items())}
         self._kernels: dict[str, MetalKernel] = {}
         if len(self._infos) <= EAGER_KERNELS:
-            library, _ = compile_library(source, ucontext_fibers=ucontext_fibers)
+            library, _ = compile_library(source, ucontext_fibers=ucontext_fibers, split_barriers=split_barriers)
             self._kernels = {name: MetalKernel(library, info, index) for name, (index, info) in self._infos.items()}
 
     def __getattr__(self, name: str) -> MetalKernel:
@@ -372,7 +402,7 @@ class ShaderLibrary:
         if name in kernels:
             return kernels[name]
         if name in infos:
-            library, _ = compile_library(self._source, ucontext_fibers=self._ucontext_fibers, kernels=(name,))
+            library, _ = compile_library(self._source, ucontext_fibers=self._ucontext_fibers, split_barriers=self._split, kernels=(name,))
             index, info = infos[name]
             kernels[name] = MetalKernel(library, info, index)
             return kernels[name]
@@ -387,7 +417,7 @@ class ShaderLibrary:
         whole-program runtime, :mod:`shimkit.metal.program`, dispatches through it)."""
         kernel = getattr(self, name)
         index, info = self._infos[name]
-        library, _ = compile_library(self._source, ucontext_fibers=self._ucontext_fibers,
+        library, _ = compile_library(self._source, ucontext_fibers=self._ucontext_fibers, split_barriers=self._split,
                                      kernels=None if len(self._infos) <= EAGER_KERNELS else (name,))
         return library._name, index, kernel.max_threads_per_threadgroup, info.buffers
 

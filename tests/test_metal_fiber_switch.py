@@ -2,7 +2,8 @@
 ucontext, element for element: generated barrier programs (a uniform loop of a random number of rounds,
 each two barrier regions reading other threads' threadgroup memory, a uniform branch choosing between
 simdgroup functions) at group sizes that are and are not multiples of 32, with partial edge groups; and
-a Python model of the same program, so that both paths are checked against something neither wrote."""
+a Python model of the same program, so that both paths are checked against something neither wrote. The
+same program split into work-group loops (metal/loops.py, the default) is held to the same answers."""
 
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ kernel void rounds(device uint* out, constant uint* in, constant uint& count, co
   out[i] = mine;
 }
 """
-FAST = ShaderLibrary(ROUNDS)
-UCONTEXT = ShaderLibrary(ROUNDS, ucontext_fibers=True)
+FAST = ShaderLibrary(ROUNDS, split_barriers=False)
+UCONTEXT = ShaderLibrary(ROUNDS, ucontext_fibers=True, split_barriers=False)
+SPLIT = ShaderLibrary(ROUNDS)
 MASK = 0xFFFFFFFF
 
 
@@ -72,14 +74,15 @@ def test_generated_barrier_programs_agree_on_both_fiber_switches_and_with_metals
     inputs = values.to(torch.int32)
     shift_buffer = torch.tensor(shifts or [0], dtype=torch.int32)
     results = []
-    for library in (FAST, UCONTEXT):
+    for library in (FAST, UCONTEXT, SPLIT):
         out = torch.zeros(threads, dtype=torch.int32)
         library.rounds(out, inputs, len(shifts), shift_buffer, threads=(threads,), group_size=(group,))
         results.append(out)
-    assert torch.equal(results[0], results[1])
+    assert torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])
     expected = model(values.tolist(), group, shifts)
     assert (results[0].to(torch.int64) & MASK).tolist() == expected
 
 
 def test_both_switches_report_which_way_the_kernel_runs():
     assert FAST.rounds.execution == UCONTEXT.rounds.execution == "fibers"
+    assert SPLIT.rounds.execution == "split"

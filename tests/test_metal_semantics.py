@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shimkit.metal import MetalSourceError, compile_shader
-from shimkit.metal.library import EAGER_KERNELS, compile_library
+from shimkit.metal.library import EAGER_KERNELS, ShaderLibrary, compile_library
 
 COORDINATES = compile_shader("""
 kernel void where(device uint* out,
@@ -43,7 +43,7 @@ def test_a_grid_that_is_not_a_multiple_of_the_group_has_partial_edge_groups(widt
             assert out[y, x].tolist() == expected, (x, y)
 
 
-SYNC = compile_shader("""
+SYNC_SOURCE = """
 #include <metal_stdlib>
 using namespace metal;
 
@@ -86,7 +86,8 @@ kernel void early_return(device int* out, uint i [[thread_position_in_grid]]) {
   threadgroup_barrier(mem_flags::mem_threadgroup);
   out[i] = shared[(i + 2) % 64];
 }
-""")
+"""
+SYNC = compile_shader(SYNC_SOURCE)
 
 
 @given(st.integers(1, 200), st.integers(1, 8))
@@ -209,7 +210,8 @@ def test_kernel_properties():
     limited = compile_shader("[[max_total_threads_per_threadgroup(64)]] kernel void k(device float* x, "
                              "uint i [[thread_position_in_grid]]) { x[i] = 0; }")
     assert limited.k.max_threads_per_threadgroup == 64
-    assert limited.k.execution == "loop" and kernel.execution == "fibers" and "fibers" in repr(kernel)
+    assert limited.k.execution == "loop" and kernel.execution == "split" and "split" in repr(kernel)
+    assert ShaderLibrary(SYNC_SOURCE, split_barriers=False).reverse_in_group.execution == "fibers"
 
 
 def test_templates_are_reachable_under_their_host_name():

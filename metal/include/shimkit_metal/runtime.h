@@ -195,9 +195,56 @@ inline void threadgroup_barrier_wait() {
   current_scheduler->yield(Wait::kBarrier);
 }
 
+// ---- split kernels (loops.h) ----
+
+constexpr int kMaxCollectivesPerCall = 8;
+
+enum class LoopMode { kOff, kRecord, kReplay };
+
+struct LaneReplay {
+  int recorded = 0;  // results available to replay
+  int next = 0;      // the next simdgroup function reached in this evaluation
+  bool pending = false;
+  alignas(32) unsigned char results[kMaxCollectivesPerCall][kLaneBytes];
+};
+
+inline thread_local LoopMode loop_mode = LoopMode::kOff;
+inline thread_local LaneReplay* current_replay = nullptr;
+
+// A simdgroup function in a split kernel (loops.h): records its operand, or replays its result.
+template <class T>
+inline void loop_collective(const T& value, Combine combine, long argument, const T* fill, T& out) {
+  LaneReplay& replay = *current_replay;
+  Fiber& lane = *current_fiber;
+  const int index = replay.next++;
+  if (index < replay.recorded) {
+    std::memcpy(static_cast<void*>(&out), replay.results[index], sizeof(T));
+    return;
+  }
+  if (loop_mode == LoopMode::kReplay)
+    throw std::logic_error("a split statement reached a simdgroup function its split point did not evaluate "
+                           "(report this as a shimkit.metal bug)");
+  if (!replay.pending) {
+    if (index >= kMaxCollectivesPerCall)
+      throw std::runtime_error("a call reaches more than " + std::to_string(kMaxCollectivesPerCall) +
+                               " simdgroup functions in a row; shimkit.metal cannot split it");
+    replay.pending = true;
+    std::memcpy(lane.value, &value, sizeof(T));
+    if (fill) std::memcpy(lane.fill, fill, sizeof(T));
+    lane.argument = argument;
+    lane.combine = combine;
+  }
+  std::memcpy(static_cast<void*>(&out), &value, sizeof(T));  // a placeholder the evaluation discards
+}
+
 template <class T>
 inline T simd_collective(const T& value, Combine combine, long argument = 0, const T* fill = nullptr) {
   static_assert(sizeof(T) <= kLaneBytes, "simdgroup function on a type larger than 64 bytes");
+  if (loop_mode != LoopMode::kOff) {
+    T out;
+    loop_collective(value, combine, argument, fill, out);
+    return out;
+  }
   if (current_scheduler == nullptr || current_fiber == nullptr) not_cooperative("a simdgroup function");
   Fiber* fiber = current_fiber;
   std::memcpy(fiber->value, &value, sizeof(T));
@@ -223,15 +270,21 @@ inline unsigned long groups_along(unsigned long threads, unsigned long group) {
   return threads == 0 ? 0 : (threads + group - 1) / group;
 }
 
-template <class Body>
-inline void run_groups(const Dispatch& d, unsigned long begin, unsigned long end, bool cooperative, Body& body) {
+// How a kernel's threads run: one after another (no barrier or simdgroup function), as loops split at
+// its barriers (the body takes a whole group: loops.h), or as cooperative fibers.
+enum class Execution { kLoop, kSplit, kFibers };
+
+template <Execution E, class Body>
+inline void run_groups(const Dispatch& d, unsigned long begin, unsigned long end, Body& body) {
+  constexpr bool cooperative = E == Execution::kFibers;
+  constexpr bool grouped = E != Execution::kLoop;
   const unsigned long gx = groups_along(d.threads[0], d.group[0]);
   const unsigned long gy = groups_along(d.threads[1], d.group[1]);
   const unsigned long gz = groups_along(d.threads[2], d.group[2]);
   std::unique_ptr<Scheduler> scheduler;
   std::function<void(const ThreadInfo&)> kernel;
   std::vector<ThreadInfo> infos;
-  if (cooperative) {
+  if constexpr (cooperative) {
     scheduler.reset(new Scheduler());
     kernel = [&body](const ThreadInfo& t) { body(t); };
   }
@@ -251,7 +304,7 @@ inline void run_groups(const Dispatch& d, unsigned long begin, unsigned long end
     t.groups[2] = static_cast<uint>(gz);
     const uint count = size[0] * size[1] * size[2];
     t.simds_per_group = (count + kSimdWidth - 1) / kSimdWidth;
-    if (cooperative) infos.clear();
+    if (grouped) infos.clear();
     uint index = 0;
     for (uint z = 0; z < size[2]; ++z) {
       for (uint y = 0; y < size[1]; ++y) {
@@ -265,7 +318,7 @@ inline void run_groups(const Dispatch& d, unsigned long begin, unsigned long end
           t.index_in_group = index;
           t.lane = index % kSimdWidth;
           t.simd_index = index / kSimdWidth;
-          if (cooperative) {
+          if constexpr (grouped) {
             infos.push_back(t);
           } else {
             body(t);
@@ -273,7 +326,11 @@ inline void run_groups(const Dispatch& d, unsigned long begin, unsigned long end
         }
       }
     }
-    if (cooperative && !infos.empty()) scheduler->run_group(infos, kernel);
+    if constexpr (cooperative) {
+      if (!infos.empty()) scheduler->run_group(infos, kernel);
+    } else if constexpr (grouped) {
+      if (!infos.empty()) body(infos.data(), static_cast<uint>(infos.size()));
+    }
   }
 }
 
@@ -297,8 +354,8 @@ inline unsigned long measure_threadgroup(Call call) {
 }
 
 // Runs the grid; returns 0, or -1 with last_error set.
-template <class Body>
-inline int launch(const Dispatch& d, bool cooperative, Body body) {
+template <Execution E, class Body>
+inline int launch(const Dispatch& d, Body body) {
   try {
     const unsigned long total = groups_along(d.threads[0], d.group[0]) * groups_along(d.threads[1], d.group[1]) *
                                 groups_along(d.threads[2], d.group[2]);
@@ -307,7 +364,7 @@ inline int launch(const Dispatch& d, bool cooperative, Body body) {
     if (static_cast<unsigned long>(workers) > total) workers = static_cast<int>(total);
     if (threads < 65536) workers = 1;  // not worth a thread
     if (workers <= 1) {
-      run_groups(d, 0, total, cooperative, body);
+      run_groups<E>(d, 0, total, body);
       return 0;
     }
     std::vector<std::thread> pool;
@@ -315,7 +372,7 @@ inline int launch(const Dispatch& d, bool cooperative, Body body) {
     for (int w = 0; w < workers; ++w) {
       pool.emplace_back([&, w] {
         try {
-          run_groups(d, total * w / workers, total * (w + 1) / workers, cooperative, body);
+          run_groups<E>(d, total * w / workers, total * (w + 1) / workers, body);
         } catch (...) {
           failures[w] = std::current_exception();
         }

@@ -1,0 +1,138 @@
+// Work-group loops: a kernel that metal/loops.py split at its barriers and simdgroup functions runs one
+// threadgroup as loops over its threads, one loop per region between two split points (POCL's
+// WorkitemLoops, MCUDA, COX). Variables live across a split are per-thread arrays in the generated group
+// function; this header holds what the generated code calls.
+//
+// A simdgroup function is a split point whose result every lane needs at once. The region before it
+// evaluates the call once per thread in *record* mode: the first simdgroup function the call reaches
+// stores its operand in the thread's lane record (a `Fiber`, the record the fiber scheduler uses) and the
+// rest of the call runs on a placeholder. The recorded combine then runs once per simdgroup over the lanes
+// that recorded (the same combine functions the fibers use, so both ways give the same bits). A call that
+// reaches several simdgroup functions (c10's NaN-propagating `simd_max` asks `simd_any` first) is
+// evaluated again, replaying the results it has, until no lane records. The statement after the split
+// then runs in *replay* mode: its simdgroup functions return the lanes' results in order.
+#pragma once
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "runtime.h"
+
+namespace shimkit_metal {
+
+constexpr uint kMaxGroupThreads = 1024;
+
+// One threadgroup of a split kernel: which threads still run, and their lane records.
+class LoopGroup {
+ public:
+  LoopGroup(const ThreadInfo* threads, uint count) : threads_(threads), count_(count) {
+    if (count > kMaxGroupThreads)
+      throw std::runtime_error("threadgroup of " + std::to_string(count) + " threads: Metal allows at most " +
+                               std::to_string(kMaxGroupThreads));
+    thread_local std::vector<Fiber> lanes;
+    thread_local std::vector<LaneReplay> replays;
+    if (lanes.size() < count) lanes.resize(count);
+    if (replays.size() < count) replays.resize(count);
+    lanes_ = lanes.data();
+    replays_ = replays.data();
+    for (uint t = 0; t < count; ++t) {
+      alive[t] = true;
+      lanes_[t].info = threads[t];
+      replays_[t].recorded = 0;
+    }
+  }
+  ~LoopGroup() {
+    loop_mode = LoopMode::kOff;
+    current_fiber = nullptr;
+    current_replay = nullptr;
+  }
+
+  uint count() const { return count_; }
+  const ThreadInfo& thread(uint t) const { return threads_[t]; }
+
+  // Runs `region(t)` for every thread in `mask` that has not returned; a region returns false when its
+  // thread returned from the kernel.
+  template <class Region>
+  void region(const bool* mask, Region&& region, LoopMode mode = LoopMode::kOff) {
+    loop_mode = mode;
+    for (uint t = 0; t < count_; ++t) {
+      if (!mask[t] || !alive[t]) continue;
+      enter(t);
+      if (!region(t)) alive[t] = false;
+    }
+    loop_mode = LoopMode::kOff;
+    current_fiber = nullptr;
+  }
+
+  // A split statement: `call(t)` evaluates its simdgroup function call until every lane has its
+  // results; then `statement(t)` runs with them.
+  template <class Call, class Statement>
+  void collective(const bool* mask, Call&& call, Statement&& statement) {
+    for (uint t = 0; t < count_; ++t) replays_[t].recorded = 0;
+    for (;;) {
+      bool recorded = false;
+      loop_mode = LoopMode::kRecord;
+      for (uint t = 0; t < count_; ++t) {
+        if (!mask[t] || !alive[t]) continue;
+        enter(t);
+        call(t);
+        recorded |= replays_[t].pending;
+      }
+      loop_mode = LoopMode::kOff;
+      current_fiber = nullptr;
+      if (!recorded) break;
+      combine(mask);
+    }
+    region(mask, statement, LoopMode::kReplay);
+  }
+
+  bool any(const bool* mask) const {
+    for (uint t = 0; t < count_; ++t)
+      if (mask[t] && alive[t]) return true;
+    return false;
+  }
+
+  bool alive[kMaxGroupThreads];
+
+ private:
+  void enter(uint t) {
+    current_fiber = &lanes_[t];
+    current_replay = &replays_[t];
+    replays_[t].next = 0;
+    replays_[t].pending = false;
+  }
+
+  // Each simdgroup's recording lanes combine; lanes that reached another simdgroup function (divergent
+  // calls) combine with those that reached the same one, as the fiber scheduler does.
+  void combine(const bool* mask) {
+    for (uint first = 0; first < count_; first += kSimdWidth) {
+      const uint last = count_ < first + kSimdWidth ? count_ : first + kSimdWidth;
+      for (;;) {
+        Fiber* lanes[kSimdWidth] = {};
+        Combine op = nullptr;
+        for (uint t = first; t < last; ++t) {
+          if (!mask[t] || !alive[t] || !replays_[t].pending) continue;
+          if (op == nullptr) op = lanes_[t].combine;
+          if (lanes_[t].combine == op) lanes[t - first] = &lanes_[t];
+        }
+        if (op == nullptr) break;
+        op(lanes);
+        for (Fiber* lane : lanes) {
+          if (!lane) continue;
+          LaneReplay& replay = replays_[lane - lanes_];
+          std::memcpy(replay.results[replay.recorded++], lane->result, kLaneBytes);
+          replay.pending = false;
+        }
+      }
+    }
+  }
+
+  const ThreadInfo* threads_;
+  uint count_;
+  Fiber* lanes_;
+  LaneReplay* replays_;
+};
+
+}  // namespace shimkit_metal

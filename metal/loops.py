@@ -1,0 +1,643 @@
+"""Work-group loops: kernels with barriers and simdgroup functions compiled into loops over their threads.
+
+A kernel that reaches ``threadgroup_barrier`` or a simdgroup function cannot run its threads one after
+another: each thread must stop at the barrier until all have arrived. POCL (``WorkitemLoops``), MCUDA
+("deep fission") and COX (hierarchical collapsing) compile such a kernel into one loop over the group's
+threads per region between two barriers, with every variable live across a barrier stored per thread. This
+module does that at the source level, on Clang's AST of the translated kernel (libclang): the AST has the
+statements, the variables with their types and every call resolved to its declaration, which is what the
+split needs; the C++ it writes goes to the same host compiler as the rest of the library.
+
+For each cooperative kernel it writes a *group function* beside the kernel: same buffer parameters, plus
+the group's threads. In it,
+
+* every variable declared in a block that contains a split point is an array over the group's threads
+  (``auto& acc = storage[t]`` in each region), and so is a buffer parameter the kernel reassigns;
+* statements between split points form a region: ``group.region(mask, [&](t) { ... })``;
+* ``if`` / ``for`` / ``while`` / ``do`` that contain a split point run at group level with a per-thread
+  mask (a thread that leaves the loop or takes the other branch sits out), so uniform and divergent
+  control flow both keep their meaning; ``return`` takes the thread out of every later region;
+* a statement with a simdgroup function (``acc = simd_sum(acc)``, ``if (simd_any(p))``) splits around its
+  call: the call is evaluated for every thread, the lanes of each simdgroup combine, then the statement
+  runs with the results (``shimkit_metal/loops.h``, the COX treatment of warp functions).
+
+What it cannot split runs on cooperative fibers as before, and the kernel says why
+(:attr:`shimkit.metal.MetalKernel.execution` is ``"fibers"``, ``fibers_because`` the reason): a call to a
+function of the source that itself reaches a barrier (c10's ``threadgroup_sum``: only the kernel's own body
+is split, no inlining), ``goto`` / ``switch`` / ``break`` / ``continue`` across a split loop, a split point
+inside an expression with another one, ``auto`` variables of dependent type, references or directly
+initialised variables live across a split, and a simdgroup call whose operands have side effects.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BARRIERS = {"threadgroup_barrier", "simdgroup_barrier"}
+COLLECTIVE = re.compile(r"^(simd_\w+|quad_\w+)$")
+MAX_THREADS = "::shimkit_metal::kMaxGroupThreads"
+ASSIGNMENTS = {"=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--"}
+LOOPS = {"FOR_STMT", "WHILE_STMT", "DO_STMT"}
+POSITION = {"grid", "in_group", "group", "group_size", "grid_size", "groups"}
+SPLIT_SUFFIX = "__shimkit_group"
+FORMAT = "1"
+LINE_MARKER = re.compile(rb"^#\s*(\d+)\s+\"[^\"]*\"[^\n]*\n", re.M)
+
+
+class Unsplittable(Exception):
+    """Why a kernel keeps running on fibers."""
+
+
+@dataclass
+class Split:
+    """The group functions written for a translation, and why the others were not split."""
+
+    text: str                                   # the translation's text with the group functions in it
+    split: set[str] = field(default_factory=set)  # qualified names of the kernel functions split
+    reasons: dict[str, str] = field(default_factory=dict)  # qualified name -> why it runs on fibers
+
+
+def group_function(function: str) -> str:
+    """The C++ naming a kernel's group function, from the expression naming the kernel (``f<float>``)."""
+    head, angle, tail = function.partition("<")
+    return f"{head}{SPLIT_SUFFIX}{angle}{tail}"
+
+
+def split_kernels(text: str, kernels: dict, include_dir: Path, cache_dir: Path | None) -> Split:
+    """Writes a group function for each cooperative kernel of the translated ``text`` that can be split.
+
+    ``kernels`` maps each kernel's qualified function name (``ns::f``, no template arguments) to its
+    parameters (``frontend.Parameter``). The result is cached in ``cache_dir`` by a digest of the text."""
+    if not kernels:
+        return Split(text)
+    key = hashlib.sha256("\0".join([FORMAT, _headers_digest(include_dir), text, repr(sorted(
+        (name, [(p.text, p.kind, p.binding) for p in params]) for name, params in kernels.items()))]).encode())
+    path = cache_dir / f"{key.hexdigest()[:24]}.json" if cache_dir else None
+    if path is not None and path.exists():
+        saved = json.loads(path.read_text())
+        return Split(saved["text"], set(saved["split"]), saved["reasons"])
+    result = _split(text, kernels, include_dir)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{id(result)}.tmp")
+        partial.write_text(json.dumps({"text": result.text, "split": sorted(result.split),
+                                       "reasons": result.reasons}))
+        partial.replace(path)
+    return result
+
+
+@functools.lru_cache(maxsize=None)
+def _headers_digest(include_dir: Path) -> str:
+    digest = hashlib.sha256()
+    for header in sorted((include_dir / "shimkit_metal").glob("*.h")):
+        digest.update(header.read_bytes())
+    digest.update(Path(__file__).read_bytes())
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _system_include() -> str:
+    done = subprocess.run(["g++", "-print-file-name=include"], capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def _split(text: str, kernels: dict, include_dir: Path) -> Split:
+    try:
+        from clang import cindex
+    except ImportError:
+        return Split(text, reasons={name: "libclang is not installed (pip install libclang)" for name in kernels})
+    prefix = '#include "metal_stdlib"\n'
+    source = (prefix + text).encode()
+    args = ["-x", "c++", "-std=c++20", f"-I{include_dir}"]
+    if _system_include():
+        args += ["-isystem", _system_include()]
+    unit = cindex.Index.create().parse("kernel.cpp", args=args, unsaved_files=[("kernel.cpp", source)])
+    errors = [d for d in unit.diagnostics if d.severity >= cindex.Diagnostic.Error]
+    definitions = _definitions(unit.cursor)
+    result = Split(text)
+    if errors:
+        first = errors[0]
+        reason = f"libclang cannot read the source: {first.spelling} (translated line {first.location.line - 1})"
+        result.reasons = {name: reason for name in kernels}
+        return result
+    reach = _Reach(definitions)
+    insertions: list[tuple[int, str]] = []
+    for name, parameters in kernels.items():
+        cursor = next((c for c in definitions.get(name, []) if _body(c) is not None), None)
+        if cursor is None:
+            result.reasons[name] = "libclang does not see its definition"
+            continue
+        try:
+            writer = _GroupWriter(source, cursor, parameters, reach)
+            insertions.append((cursor.extent.end.offset, writer.write()))
+            result.split.add(name)
+        except Unsplittable as why:
+            result.reasons[name] = str(why)
+    out = source
+    for offset, code in sorted(insertions, reverse=True):
+        out = out[:offset] + b" " + code.encode() + out[offset:]
+    result.text = out[len(prefix):].decode()
+    return result
+
+
+def _qualified(cursor) -> str:
+    parts = []
+    while cursor is not None and cursor.kind.name != "TRANSLATION_UNIT":
+        if cursor.spelling:
+            parts.append(cursor.spelling)
+        cursor = cursor.semantic_parent
+    return "::".join(reversed(parts))
+
+
+def _definitions(root) -> dict[str, list]:
+    """Function definitions written in the source (not shimkit's headers), by qualified name."""
+    found: dict[str, list] = {}
+
+    def visit(cursor) -> None:
+        for child in cursor.get_children():
+            location = child.location.file
+            if location is None or location.name != "kernel.cpp":
+                continue
+            kind = child.kind.name
+            if kind in ("FUNCTION_DECL", "FUNCTION_TEMPLATE", "CXX_METHOD") and child.is_definition():
+                found.setdefault(_qualified(child), []).append(child)
+            elif kind in ("NAMESPACE", "LINKAGE_SPEC", "STRUCT_DECL", "CLASS_DECL", "CLASS_TEMPLATE"):
+                visit(child)
+
+    visit(root)
+    return found
+
+
+def _body(cursor):
+    return next((c for c in cursor.get_children() if c.kind.name == "COMPOUND_STMT"), None)
+
+
+def _walk(cursor, into_lambdas: bool = False):
+    for child in cursor.get_children():
+        yield child
+        if into_lambdas or child.kind.name != "LAMBDA_EXPR":
+            yield from _walk(child, into_lambdas)
+
+
+def _callee_name(call) -> str:
+    return call.spelling or ""
+
+
+class _Reach:
+    """Which calls are split points, and which functions of the source reach one."""
+
+    def __init__(self, definitions: dict[str, list]) -> None:
+        self.definitions = definitions
+        self.by_name: dict[str, list[str]] = {}
+        for qualified in definitions:
+            self.by_name.setdefault(qualified.rsplit("::", 1)[-1], []).append(qualified)
+        self.memo: dict[str, str | None] = {}
+
+    def kind(self, call) -> str:
+        """"barrier", "collective" (a simdgroup function, or a pure function of values that reaches only
+        simdgroup functions) or "plain"; raises Unsplittable for a call into a function with a barrier."""
+        name = _callee_name(call)
+        declared = call.referenced
+        where = declared.location.file.name if declared is not None and declared.location.file else None
+        if where is not None and where != "kernel.cpp":
+            if where.endswith("sync.h"):
+                if name in BARRIERS:
+                    return "barrier"
+                if COLLECTIVE.match(name):
+                    return "collective"
+            return "plain"
+        candidates = ([_qualified(declared)] if declared is not None and where == "kernel.cpp"
+                      else self.by_name.get(name, []))
+        if declared is None and name in BARRIERS:
+            return "barrier"
+        if declared is None and COLLECTIVE.match(name) and not candidates:
+            return "collective"
+        reached = [(c, self.reaches(c)) for c in candidates]
+        reached = [(c, r) for c, r in reached if r is not None]
+        if not reached:
+            return "plain"
+        if all(r == "collective" for _, r in reached):
+            return "collective"
+        function, what = next((c, r) for c, r in reached if r != "collective")
+        raise Unsplittable(f"it calls {function}, which {what} (only the kernel's own body is split; "
+                           f"calls are not inlined)")
+
+    def reaches(self, qualified: str) -> str | None:
+        """None, "collective" (a function of values reaching simdgroup functions only), or why not."""
+        if qualified in self.memo:
+            return self.memo[qualified]
+        self.memo[qualified] = None  # recursion reaches nothing new
+        verdict: str | None = None
+        for definition in self.definitions.get(qualified, []):
+            by_reference = any(a.type.kind.name in ("POINTER", "LVALUEREFERENCE", "RVALUEREFERENCE")
+                               for a in definition.get_arguments())
+            for node in _walk(definition):
+                if node.kind.name != "CALL_EXPR":
+                    continue
+                try:
+                    kind = self.kind(node)
+                except Unsplittable:
+                    verdict = "reaches threadgroup_barrier"
+                    break
+                if kind == "barrier":
+                    verdict = f"reaches {_callee_name(node)}"
+                    break
+                if kind == "collective":
+                    verdict = ("takes pointers or references and reaches simdgroup functions" if by_reference
+                               else verdict or "collective")
+            if verdict not in (None, "collective"):
+                break
+        self.memo[qualified] = verdict
+        return verdict
+
+
+class _GroupWriter:
+    """Writes the group function of one kernel definition."""
+
+    def __init__(self, source: bytes, kernel, parameters: list, reach: _Reach) -> None:
+        self.source, self.kernel, self.reach = source, kernel, reach
+        self.top: list[str] = []       # group-level declarations: threadgroup memory, constexpr, types
+        self.storage: list[str] = []   # per-thread arrays
+        self.names = 0
+        arguments = list(kernel.get_arguments())
+        if len(arguments) != len(parameters):
+            raise Unsplittable("libclang and the front end read different parameter lists")
+        self.body_cursor = _body(kernel)
+        modified = self._modified({a.spelling for a in arguments})
+        self.buffers: list[str] = []
+        self.thread_values: list[str] = []
+        outer: list[tuple[str, str]] = []
+        for argument, parameter in zip(arguments, parameters):
+            name, spelled = argument.spelling, argument.type.spelling
+            if parameter.kind == "buffer":
+                self.buffers.append(parameter.text)
+                if name in modified:
+                    storage = self._fresh("p")
+                    self.storage.append(f"std::remove_cv_t<{spelled}> {storage}[{MAX_THREADS}]; "
+                                        f"for (unsigned t = 0; t < shimkit_count; ++t) {storage}[t] = {name};")
+                    outer.append((name, storage))
+                continue
+            if name in modified:
+                raise Unsplittable(f"it assigns its thread parameter {name}")
+            if parameter.kind == "position":
+                value = f"::shimkit_metal::from_position<{spelled}>(shimkit_threads[shimkit_t].{parameter.binding})"
+            elif parameter.kind == "index":
+                value = f"::shimkit_metal::from_index<{spelled}>(shimkit_threads[shimkit_t].{parameter.binding})"
+            else:
+                value = f"::shimkit_metal::from_index<{spelled}>({parameter.binding})"
+            self.thread_values.append(f"auto {name} = {value};")
+        self.scopes: list[list[tuple[str, str]]] = [outer]
+        self.loop_depth = 0
+
+    # ---- text ----
+
+    def _line(self, cursor) -> int:
+        """The MSL line of a cursor, through the preprocessor's line markers."""
+        offset = cursor.extent.start.offset
+        before = self.source[:offset]
+        marker = None
+        for marker in LINE_MARKER.finditer(before):
+            pass
+        if marker is None:
+            return before.count(b"\n")
+        return int(marker.group(1)) + before.count(b"\n", marker.end())
+
+    def _text(self, start: int, end: int) -> str:
+        return self.source[start:end].decode()
+
+    def _statement_end(self, cursor) -> int:
+        end = cursor.extent.end.offset
+        rest = self.source[end:end + 256]
+        stripped = rest.lstrip()
+        if stripped.startswith(b";"):
+            return end + (len(rest) - len(stripped)) + 1
+        return end
+
+    def _code(self, cursor, start: int | None = None) -> str:
+        """A statement's text on one line, with `return;` taking the thread out."""
+        start = cursor.extent.start.offset if start is None else start
+        end = self._statement_end(cursor)
+        edits = []
+        for node in _walk(cursor):
+            if node.kind.name == "RETURN_STMT":
+                if list(node.get_children()):
+                    raise Unsplittable(f"line {self._line(node)}: returns a value")
+                edits.append((node.extent.start.offset, node.extent.start.offset + len("return"), "return false"))
+            elif node.kind.name in ("GOTO_STMT", "INDIRECT_GOTO_STMT", "LABEL_STMT"):
+                raise Unsplittable(f"line {self._line(node)}: goto")
+        if self.loop_depth:
+            self._check_jumps(cursor)
+        pieces, at = [], start
+        for a, b, replacement in sorted(edits):
+            if a < start:
+                continue
+            pieces += [self._text(at, a), replacement]
+            at = b
+        pieces.append(self._text(at, end))
+        lines = "".join(pieces).split("\n")
+        return " ".join(line for line in lines if not line.lstrip().startswith("#")).strip()
+
+    def _check_jumps(self, cursor) -> None:
+        """break / continue that would leave a split loop from inside a region."""
+        def visit(node, inside_loop: bool, inside_switch: bool) -> None:
+            kind = node.kind.name
+            if kind == "BREAK_STMT" and not inside_loop and not inside_switch:
+                raise Unsplittable(f"line {self._line(node)}: break out of a loop with a barrier")
+            if kind == "CONTINUE_STMT" and not inside_loop:
+                raise Unsplittable(f"line {self._line(node)}: continue in a loop with a barrier")
+            if kind == "LAMBDA_EXPR":
+                return
+            for child in node.get_children():
+                visit(child, inside_loop or kind in LOOPS, inside_switch or kind == "SWITCH_STMT")
+        visit(cursor, False, False)
+
+    def _fresh(self, what: str) -> str:
+        self.names += 1
+        return f"shimkit_{what}{self.names}"
+
+    def _modified(self, names: set[str]) -> set[str]:
+        tokens = [t.spelling for t in self.body_cursor.get_tokens()]
+        modified = set()
+        for i, token in enumerate(tokens):
+            if token not in names or (i > 0 and tokens[i - 1] in (".", "->", "::")):
+                continue
+            after = tokens[i + 1] if i + 1 < len(tokens) else ""
+            before = tokens[i - 1] if i > 0 else ""
+            unary_address = before == "&" and i > 1 and not re.match(r"^\w+$|^[)\]]$", tokens[i - 2])
+            if after in ASSIGNMENTS or after == "." or before in ("++", "--") or unary_address:
+                modified.add(token)
+        return modified
+
+    # ---- classification ----
+
+    def _splits(self, cursor) -> list:
+        """The split-point calls in a statement: barrier and simdgroup calls (outside lambdas)."""
+        found = []
+        for node in [cursor, *_walk(cursor)]:
+            if node.kind.name == "CALL_EXPR" and self.reach.kind(node) != "plain":
+                found.append(node)
+        return found
+
+    # ---- writing ----
+
+    def write(self) -> str:
+        body = self._block(list(self.body_cursor.get_children()), "shimkit_g.alive")
+        start = self.kernel.extent.start.offset
+        name_at = next(t for t in self.kernel.get_tokens() if t.spelling == self.kernel.spelling).extent.start.offset
+        head = " ".join(self._text(start, name_at).split()) + " "
+        parameters = ", ".join([*self.buffers, "const ::shimkit_metal::ThreadInfo* shimkit_threads",
+                                "::shimkit_metal::uint shimkit_count"])
+        return (f"{head}{self.kernel.spelling}{SPLIT_SUFFIX}({parameters}) {{ {' '.join(self.top)} "
+                f"::shimkit_metal::LoopGroup shimkit_g(shimkit_threads, shimkit_count); "
+                f"{' '.join(self.storage)} {body} }}")
+
+    def _preamble(self) -> tuple[str, str]:
+        opening = " ".join(self.thread_values)
+        closing = ""
+        for scope in self.scopes:
+            if scope:
+                opening += " { " + " ".join(f"auto& {n} = {s}[shimkit_t];" for n, s in scope)
+                closing += " }"
+        return opening, closing
+
+    def _region(self, mask: str, code: str) -> str:
+        if not code.strip():
+            return ""
+        opening, closing = self._preamble()
+        return (f"shimkit_g.region({mask}, [&](unsigned shimkit_t) -> bool {{ {opening} {code} {closing} "
+                f"return true; }});")
+
+    def _collective(self, mask: str, call: str, code: str) -> str:
+        opening, closing = self._preamble()
+        return (f"shimkit_g.collective({mask}, [&](unsigned shimkit_t) {{ {opening} (void)({call}); {closing} }}, "
+                f"[&](unsigned shimkit_t) -> bool {{ {opening} {code} {closing} return true; }});")
+
+    def _evaluate(self, mask: str, cursor, code: str) -> str:
+        """Runs ``code`` (which evaluates ``cursor``) per thread: a region, or a split around its call."""
+        splits = self._splits(cursor)
+        if not splits:
+            return self._region(mask, code)
+        barriers = [c for c in splits if self.reach.kind(c) == "barrier"]
+        line = self._line(cursor)
+        if barriers:
+            raise Unsplittable(f"line {line}: a barrier inside an expression")
+        outermost = [c for c in splits if not any(c is not o and _inside(c, o) for o in splits)]
+        if len(outermost) > 1:
+            raise Unsplittable(f"line {line}: two simdgroup function calls in one statement")
+        call = outermost[0]
+        tokens = [t.spelling for t in call.get_tokens()]
+        if any(t in ASSIGNMENTS for t in tokens):
+            raise Unsplittable(f"line {line}: a simdgroup function call whose operands assign")
+        return self._collective(mask, self._code_of_expression(call), code)
+
+    def _block(self, statements: list, mask: str) -> str:
+        out: list[str] = []
+        pending: list[str] = []
+
+        def flush() -> None:
+            if pending:
+                out.append(self._region(mask, " ".join(pending)))
+                pending.clear()
+
+        for statement in statements:
+            kind = statement.kind.name
+            if kind == "DECL_STMT":
+                code = self._declaration(statement)
+                if code is None:
+                    continue
+                if self._splits(statement):
+                    flush()
+                    out.append(self._evaluate(mask, statement, code))
+                else:
+                    pending.append(code)
+                continue
+            if not self._splits(statement):
+                if kind in ("BREAK_STMT", "CONTINUE_STMT") and self.loop_depth:
+                    raise Unsplittable(f"line {self._line(statement)}: {kind.split('_')[0].lower()} "
+                                       f"in a loop with a barrier")
+                pending.append(self._code(statement))
+                continue
+            flush()
+            if kind == "COMPOUND_STMT":
+                out.append(self._scoped(list(statement.get_children()), mask))
+            elif kind == "IF_STMT":
+                out.append(self._if(statement, mask))
+            elif kind in LOOPS:
+                out.append(self._loop(statement, mask))
+            elif kind.endswith("_EXPR") or kind.endswith("_OPERATOR"):
+                if kind == "CALL_EXPR" and self.reach.kind(statement) == "barrier":
+                    continue  # the barrier is the boundary between two regions
+                out.append(self._evaluate(mask, statement, self._code(statement)))
+            else:
+                raise Unsplittable(f"line {self._line(statement)}: a barrier or simdgroup function "
+                                   f"inside {kind.lower().replace('_stmt', '')}")
+        flush()
+        return " ".join(out)
+
+    def _scoped(self, statements: list, mask: str) -> str:
+        self.scopes.append([])
+        try:
+            return "{ " + self._block(statements, mask) + " }"
+        finally:
+            self.scopes.pop()
+
+    def _declaration(self, statement) -> str | None:
+        """Group-level declarations go to the top; a variable becomes per-thread storage, and its
+        initialisation the returned assignment."""
+        children = list(statement.get_children())
+        tokens = [t.spelling for t in statement.get_tokens()]
+        if any(c.kind.name != "VAR_DECL" for c in children) or "constexpr" in tokens or (
+                children and all(c.storage_class is not None and c.storage_class.name == "STATIC"
+                                 for c in children)):
+            if self._splits(statement):
+                raise Unsplittable(f"line {self._line(statement)}: a static declaration with a barrier")
+            self.top.append(self._code(statement))
+            return None
+        assignments = []
+        for variable in children:
+            spelled = variable.type.spelling
+            line = self._line(variable)
+            if "auto" in spelled or "dependent" in spelled or "(lambda" in spelled:
+                raise Unsplittable(f"line {line}: variable {variable.spelling} of type {spelled} is live across a "
+                                   f"split and its type cannot be named")
+            if variable.type.kind.name in ("LVALUEREFERENCE", "RVALUEREFERENCE"):
+                raise Unsplittable(f"line {line}: reference {variable.spelling} in a block with a barrier")
+            storage = self._fresh("v")
+            self.storage.append(f"std::remove_cv_t<{spelled}> {storage}[{MAX_THREADS}];")
+            self.scopes[-1].append((variable.spelling, storage))
+            initializer = [c for c in variable.get_children() if c.kind.name not in ("TYPE_REF", "TEMPLATE_REF",
+                                                                                     "NAMESPACE_REF")]
+            variable_tokens = list(variable.get_tokens())
+            equals = next((i for i, t in enumerate(variable_tokens)
+                           if t.spelling == "=" and i > 0 and variable_tokens[i - 1].spelling == variable.spelling),
+                          None)
+            if equals is None:
+                if initializer and not variable.type.kind.name.endswith("ARRAY"):
+                    raise Unsplittable(f"line {line}: {variable.spelling} is initialised directly, not with =")
+                continue
+            if variable.type.kind.name.endswith("ARRAY"):
+                raise Unsplittable(f"line {line}: array {variable.spelling} initialised in a block with a barrier")
+            start = variable_tokens[equals + 1].extent.start.offset
+            end = variable.extent.end.offset
+            value = " ".join(line for line in self._text(start, end).split("\n") if not line.lstrip().startswith("#"))
+            assignments.append(f"{variable.spelling} = {value};")
+        return " ".join(assignments)
+
+    def _mask(self, mask: str, value: bool | None) -> tuple[str, str]:
+        name = self._fresh("m")
+        fill = (f"for (unsigned t = 0; t < shimkit_count; ++t) {name}[t] = {mask}[t];" if value is None
+                else f"for (unsigned t = 0; t < shimkit_count; ++t) {name}[t] = false;")
+        return name, f"bool {name}[{MAX_THREADS}]; {fill}"
+
+    def _if(self, statement, mask: str) -> str:
+        children = list(statement.get_children())
+        if any(c.kind.name == "DECL_STMT" or c.kind.name == "VAR_DECL" for c in children[:-1]) or \
+                len(children) not in (2, 3):
+            raise Unsplittable(f"line {self._line(statement)}: if with a declaration and a barrier")
+        condition, then = children[0], children[1]
+        orelse = children[2] if len(children) == 3 else None
+        taken, declare_taken = self._mask(mask, False)
+        other, declare_other = self._mask(mask, False)
+        test = self._code_of_expression(condition)
+        set_masks = f"{{ const bool shimkit_c = static_cast<bool>({test}); {taken}[shimkit_t] = shimkit_c; " \
+                    f"{other}[shimkit_t] = !shimkit_c; }}"
+        parts = ["{", declare_taken, declare_other, self._evaluate(mask, condition, set_masks),
+                 self._branch(then, taken)]
+        if orelse is not None:
+            parts.append(self._branch(orelse, other))
+        parts.append("}")
+        return " ".join(parts)
+
+    def _branch(self, statement, mask: str) -> str:
+        if statement.kind.name == "COMPOUND_STMT":
+            return self._scoped(list(statement.get_children()), mask)
+        return self._scoped([statement], mask)
+
+    def _code_of_expression(self, cursor) -> str:
+        text = self._text(cursor.extent.start.offset, cursor.extent.end.offset)
+        return " ".join(line for line in text.split("\n") if not line.lstrip().startswith("#"))
+
+    def _loop(self, statement, mask: str) -> str:
+        kind = statement.kind.name
+        line = self._line(statement)
+        children = list(statement.get_children())
+        init = condition = step = None
+        if kind == "FOR_STMT":
+            init, condition, step, body = self._for_parts(statement, children)
+        elif kind == "WHILE_STMT":
+            if len(children) != 2 or children[0].kind.name in ("DECL_STMT", "VAR_DECL"):
+                raise Unsplittable(f"line {line}: while with a declaration and a barrier")
+            condition, body = children
+        else:
+            body, condition = children
+        running, declare = self._mask(mask, None)
+        self.scopes.append([])
+        self.loop_depth += 1
+        try:
+            parts = ["{", declare]
+            if init is not None:
+                if init.kind.name == "DECL_STMT":
+                    code = self._declaration(init)
+                    if code:
+                        parts.append(self._evaluate(running, init, code))
+                else:
+                    parts.append(self._evaluate(running, init, self._code_of_expression(init) + ";"))
+            test = ""
+            if condition is not None:
+                stop = f"if (!static_cast<bool>({self._code_of_expression(condition)})) {running}[shimkit_t] = false;"
+                test = self._evaluate(running, condition, stop)
+            iteration = [self._branch(body, running)]
+            if step is not None:
+                iteration.append(self._evaluate(running, step, self._code_of_expression(step) + ";"))
+            if kind == "DO_STMT":
+                parts.append(f"for (;;) {{ {' '.join(iteration)} {test} if (!shimkit_g.any({running})) break; }}")
+            else:
+                parts.append(f"for (;;) {{ {test} if (!shimkit_g.any({running})) break; {' '.join(iteration)} }}")
+            parts.append("}")
+            return " ".join(parts)
+        finally:
+            self.loop_depth -= 1
+            self.scopes.pop()
+
+    def _for_parts(self, statement, children: list):
+        """init, condition, step and body of a for statement, placed by the semicolons in its parentheses
+        (libclang leaves out the parts that are missing)."""
+        tokens = list(statement.get_tokens())
+        depth, semicolons, close = 0, [], None
+        for token in tokens[1:]:
+            if token.spelling in "([{":
+                depth += 1
+            elif token.spelling in ")]}":
+                depth -= 1
+                if depth == 0:
+                    close = token.extent.start.offset
+                    break
+            elif token.spelling == ";" and depth == 1:
+                semicolons.append(token.extent.start.offset)
+        if len(semicolons) != 2 or close is None:
+            raise Unsplittable(f"line {self._line(statement)}: a range-based for with a barrier")
+        body = children[-1]
+        init = condition = step = None
+        for child in children[:-1]:
+            at = child.extent.start.offset
+            if at < semicolons[0]:
+                init = child
+            elif at < semicolons[1]:
+                if child.kind.name in ("DECL_STMT", "VAR_DECL"):
+                    raise Unsplittable(f"line {self._line(statement)}: a for condition that declares")
+                condition = child
+            elif at < close:
+                step = child
+        return init, condition, step, body
+
+
+def _inside(inner, outer) -> bool:
+    return (outer.extent.start.offset <= inner.extent.start.offset
+            and inner.extent.end.offset <= outer.extent.end.offset)
+

@@ -1,0 +1,156 @@
+"""Kernels with barriers split into work-group loops (metal/loops.py) against the same kernels on
+cooperative fibers, element for element: hypothesis writes the kernels (random numbers of barrier regions,
+uniform loops with barriers inside, simdgroup functions in uniform and divergent branches, threads that
+return early) and runs them at group sizes that are and are not multiples of 32, with partial edge groups.
+Then what the splitter refuses, and that it says why."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shimkit.metal.library import ShaderLibrary
+
+HEADER = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void generated(device uint* out, constant uint* in, uint i [[thread_position_in_grid]],
+                      uint t [[thread_position_in_threadgroup]], uint n [[threads_per_threadgroup]],
+                      uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint shared[1024];
+  uint mine = in[i];
+"""
+SIMD_CALLS = ["simd_sum(mine)", "simd_max(mine)", "simd_min(mine)", "simd_prefix_exclusive_sum(mine)",
+              "simd_prefix_inclusive_sum(mine)", "simd_broadcast_first(mine)", "simd_shuffle_xor(mine, 1)",
+              "simd_shuffle_down(mine, 3)", "simd_shuffle_up(mine, 2)", "simd_broadcast(mine, 5)",
+              "simd_product(mine | 1u)", "(simd_any(mine % 5u == 0u) ? 7u : 1u)",
+              "(simd_all(mine > 3u) ? 11u : 2u)", "uint(simd_ballot((mine & 1u) != 0u))"]
+
+
+@st.composite
+def steps(draw, depth: int = 0, returned: bool = False) -> tuple[list[str], bool]:
+    """Statements of a kernel body, and whether some threads may have returned by their end (a thread
+    that returned leaves stale threadgroup memory, so later regions read only their own)."""
+    lines: list[str] = []
+    for _ in range(draw(st.integers(1, 4))):
+        choice = draw(st.sampled_from(["barrier", "simd", "branch", "loop", "return", "local"]
+                                      if depth < 2 else ["barrier", "simd", "local"]))
+        shift = draw(st.integers(0, 40))
+        if choice == "barrier":
+            source = "t" if returned else f"(t + {shift}u) % n"
+            lines += ["shared[t] = mine;", "threadgroup_barrier(mem_flags::mem_threadgroup);",
+                      f"mine = mine * 3u + shared[{source}];", "threadgroup_barrier(mem_flags::mem_threadgroup);"]
+        elif choice == "simd":
+            lines.append(f"mine += {draw(st.sampled_from(SIMD_CALLS))};")
+        elif choice == "local":
+            lines.append(f"uint v{len(lines)} = mine ^ {shift}u; mine = v{len(lines)} * 5u + 1u;")
+        elif choice == "branch":
+            # A divergent branch with a simdgroup function: the lanes that entered take part. A barrier
+            # follows it, so that no lane outside can meet the branch's lanes at a later simdgroup call.
+            inner, returned = draw(steps(depth + 1, returned))
+            body = [line for line in inner if "threadgroup_barrier" not in line and "shared[" not in line]
+            lines += [f"if (lane % 3u == {shift % 3}u) {{", f"  mine += simd_sum(mine + {shift}u);",
+                      *body, "} else {", "  mine ^= 9u;", "}", "threadgroup_barrier(mem_flags::mem_threadgroup);"]
+        elif choice == "loop":
+            inner, returned = draw(steps(depth + 1, returned))
+            rounds = draw(st.integers(0, 3))
+            lines += [f"for (uint r{depth} = 0; r{depth} < {rounds}u; ++r{depth}) {{", *inner,
+                      f"  mine += r{depth};", "}"]
+        elif choice == "return" and depth == 0:
+            lines.append(f"if (i % 7u == {shift % 7}u) {{ out[i] = mine + 1000u; return; }}")
+            returned = True
+    return lines, returned
+
+
+@given(program=steps(), group=st.integers(1, 96), groups=st.integers(1, 3), partial=st.integers(0, 95),
+       seed=st.integers(0, 2**16))
+def test_generated_barrier_kernels_split_into_loops_compute_what_fibers_compute(program, group, groups, partial,
+                                                                               seed):
+    lines, _ = program
+    # Every program ends with a simdgroup function, so that each one is cooperative.
+    source = HEADER + "\n".join("  " + line for line in lines) + "\n  out[i] = mine + simd_sum(mine);\n}\n"
+    split = ShaderLibrary(source).generated
+    fibers = ShaderLibrary(source, split_barriers=False).generated
+    assert split.execution == "split", (split.fibers_because, source)
+    assert fibers.execution == "fibers"
+    threads = group * groups + partial % group
+    values = torch.randint(0, 2**31, (threads,), generator=torch.Generator().manual_seed(seed)).to(torch.int64)
+    values = values.to(torch.int32)
+    expected, actual = torch.zeros_like(values), torch.zeros_like(values)
+    fibers(expected, values, threads=threads, group_size=group)
+    split(actual, values, threads=threads, group_size=group)
+    assert torch.equal(actual, expected), source
+
+
+FIXED = HEADER.replace("kernel void generated", "kernel void fixed") + """
+  shared[t] = mine;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint stride = n / 2; stride > 0; stride /= 2) {
+    if (t < stride) shared[t] += shared[t + stride];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  out[i] = shared[0] + simd_sum(mine);
+}
+"""
+
+
+def test_a_tree_reduction_splits_and_its_threadgroup_memory_is_measured():
+    lib = ShaderLibrary(FIXED)
+    assert lib.fixed.execution == "split" and lib.fixed.fibers_because is None
+    assert "split" in repr(lib.fixed)
+    assert lib.fixed.static_thread_group_memory_length == 4096
+    values = torch.arange(64, dtype=torch.int32)
+    out = torch.zeros_like(values)
+    lib.fixed(out, values, threads=64, group_size=64)
+    lanes = values.view(2, 32).sum(1).repeat_interleave(32)
+    assert torch.equal(out, values.sum() + lanes)
+
+
+HELPER_WITH_BARRIER = """
+#include <metal_stdlib>
+using namespace metal;
+float group_total(threadgroup float* shared, float v, uint t, uint n) {
+  shared[t] = v;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  float total = 0;
+  for (uint k = 0; k < n; ++k) total += shared[k];
+  return total;
+}
+kernel void helper(device float* out, constant float* in, uint i [[thread_position_in_grid]],
+                   uint t [[thread_position_in_threadgroup]], uint n [[threads_per_threadgroup]]) {
+  threadgroup float shared[256];
+  out[i] = group_total(shared, in[i], t, n);
+}
+"""
+BREAK_ACROSS_BARRIER = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void leaves(device float* out, constant uint& rounds, uint i [[thread_position_in_grid]]) {
+  float v = 0;
+  for (uint r = 0; r < 8; ++r) {
+    v += simd_sum(1.0f);
+    if (r == rounds) break;
+  }
+  out[i] = v;
+}
+"""
+
+
+@pytest.mark.parametrize("source, name, reason", [
+    (HELPER_WITH_BARRIER, "helper", "it calls group_total, which reaches threadgroup_barrier"),
+    (BREAK_ACROSS_BARRIER, "leaves", "line 8: break out of a loop with a barrier"),
+])
+def test_what_cannot_be_split_runs_on_fibers_and_says_why(source, name, reason):
+    kernel = getattr(ShaderLibrary(source), name)
+    assert kernel.execution == "fibers"
+    assert reason in kernel.fibers_because
+    out = torch.zeros(64)
+    if name == "helper":
+        values = torch.arange(64, dtype=torch.float32)
+        kernel(out, values, threads=64, group_size=64)
+        assert torch.equal(out, torch.full((64,), float(values.sum())))
+    else:
+        kernel(out, 2, threads=64, group_size=64)
+        assert torch.equal(out, torch.full((64,), 96.0))
