@@ -38,6 +38,7 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 BARRIERS = {"threadgroup_barrier", "simdgroup_barrier"}
 COLLECTIVE = re.compile(r"^(simd_\w+|quad_\w+)$")
@@ -293,6 +294,7 @@ class _GroupWriter:
                 value = f"::shimkit_metal::from_index<{spelled}>({parameter.binding})"
             self.thread_values.append(f"auto {name} = {value};")
         self.scopes: list[list[tuple[str, str]]] = [outer]
+        self.replacing: list[tuple[int, int, str]] = []
         self.loop_depth = 0
 
     # ---- text ----
@@ -309,7 +311,14 @@ class _GroupWriter:
         return int(marker.group(1)) + before.count(b"\n", marker.end())
 
     def _text(self, start: int, end: int) -> str:
-        return self.source[start:end].decode()
+        """The source between two offsets, with the calls of the statement being split replaced."""
+        pieces, at = [], start
+        for a, b, replacement in self.replacing:
+            if start <= a and b <= end:
+                pieces += [self.source[at:a].decode(), replacement]
+                at = b
+        pieces.append(self.source[at:end].decode())
+        return "".join(pieces)
 
     def _statement_end(self, cursor) -> int:
         end = cursor.extent.end.offset
@@ -418,23 +427,30 @@ class _GroupWriter:
         return (f"shimkit_g.collective({mask}, [&](unsigned shimkit_t) {{ {opening} (void)({call}); {closing} }}, "
                 f"[&](unsigned shimkit_t) -> bool {{ {opening} {code} {closing} return true; }});")
 
-    def _evaluate(self, mask: str, cursor, code: str) -> str:
-        """Runs ``code`` (which evaluates ``cursor``) per thread: a region, or a split around its call."""
+    def _evaluate(self, mask: str, cursor, code: Callable[[], str]) -> str:
+        """Runs ``code()`` (which evaluates ``cursor``) per thread: a region, or a split around its
+        simdgroup calls. The calls are evaluated left to right, each into a local that the statement
+        reads instead (C++ leaves the order of operands unspecified; the replay needs one)."""
         splits = self._splits(cursor)
         if not splits:
-            return self._region(mask, code)
-        barriers = [c for c in splits if self.reach.kind(c) == "barrier"]
+            return self._region(mask, code())
         line = self._line(cursor)
-        if barriers:
+        if any(self.reach.kind(c) == "barrier" for c in splits):
             raise Unsplittable(f"line {line}: a barrier inside an expression")
-        outermost = [c for c in splits if not any(c is not o and _inside(c, o) for o in splits)]
-        if len(outermost) > 1:
-            raise Unsplittable(f"line {line}: two simdgroup function calls in one statement")
-        call = outermost[0]
-        tokens = [t.spelling for t in call.get_tokens()]
-        if any(t in ASSIGNMENTS for t in tokens):
-            raise Unsplittable(f"line {line}: a simdgroup function call whose operands assign")
-        return self._collective(mask, self._code_of_expression(call), code)
+        outermost = sorted((c for c in splits if not any(c is not o and _inside(c, o) for o in splits)),
+                           key=lambda c: c.extent.start.offset)
+        for call in outermost:
+            if any(t.spelling in ASSIGNMENTS for t in call.get_tokens()):
+                raise Unsplittable(f"line {line}: a simdgroup function call whose operands assign")
+        calls = [self._code_of_expression(call) for call in outermost]
+        names = [self._fresh("c") for _ in outermost]
+        self.replacing = [(c.extent.start.offset, c.extent.end.offset, n) for c, n in zip(outermost, names)]
+        try:
+            statement = code()
+        finally:
+            self.replacing = []
+        values = " ".join(f"auto {name} = {call};" for name, call in zip(names, calls))
+        return self._collective(mask, ", ".join(f"(void)({call})" for call in calls), f"{values} {statement}")
 
     def _block(self, statements: list, mask: str) -> str:
         out: list[str] = []
@@ -448,14 +464,11 @@ class _GroupWriter:
         for statement in statements:
             kind = statement.kind.name
             if kind == "DECL_STMT":
-                code = self._declaration(statement)
-                if code is None:
-                    continue
                 if self._splits(statement):
                     flush()
-                    out.append(self._evaluate(mask, statement, code))
+                    out.append(self._evaluate(mask, statement, lambda: self._declaration(statement) or ""))
                 else:
-                    pending.append(code)
+                    pending.append(self._declaration(statement) or "")
                 continue
             if not self._splits(statement):
                 if kind in ("BREAK_STMT", "CONTINUE_STMT") and self.loop_depth:
@@ -473,7 +486,7 @@ class _GroupWriter:
             elif kind.endswith("_EXPR") or kind.endswith("_OPERATOR"):
                 if kind == "CALL_EXPR" and self.reach.kind(statement) == "barrier":
                     continue  # the barrier is the boundary between two regions
-                out.append(self._evaluate(mask, statement, self._code(statement)))
+                out.append(self._evaluate(mask, statement, lambda: self._code(statement)))
             else:
                 raise Unsplittable(f"line {self._line(statement)}: a barrier or simdgroup function "
                                    f"inside {kind.lower().replace('_stmt', '')}")
@@ -544,9 +557,9 @@ class _GroupWriter:
         orelse = children[2] if len(children) == 3 else None
         taken, declare_taken = self._mask(mask, False)
         other, declare_other = self._mask(mask, False)
-        test = self._code_of_expression(condition)
-        set_masks = f"{{ const bool shimkit_c = static_cast<bool>({test}); {taken}[shimkit_t] = shimkit_c; " \
-                    f"{other}[shimkit_t] = !shimkit_c; }}"
+        def set_masks() -> str:
+            return (f"{{ const bool shimkit_c = static_cast<bool>({self._code_of_expression(condition)}); "
+                    f"{taken}[shimkit_t] = shimkit_c; {other}[shimkit_t] = !shimkit_c; }}")
         parts = ["{", declare_taken, declare_other, self._evaluate(mask, condition, set_masks),
                  self._branch(then, taken)]
         if orelse is not None:
@@ -583,18 +596,19 @@ class _GroupWriter:
             parts = ["{", declare]
             if init is not None:
                 if init.kind.name == "DECL_STMT":
-                    code = self._declaration(init)
-                    if code:
-                        parts.append(self._evaluate(running, init, code))
+                    if self._splits(init):
+                        parts.append(self._evaluate(running, init, lambda: self._declaration(init) or ""))
+                    else:
+                        parts.append(self._region(running, self._declaration(init) or ""))
                 else:
-                    parts.append(self._evaluate(running, init, self._code_of_expression(init) + ";"))
+                    parts.append(self._evaluate(running, init, lambda: self._code_of_expression(init) + ";"))
             test = ""
             if condition is not None:
-                stop = f"if (!static_cast<bool>({self._code_of_expression(condition)})) {running}[shimkit_t] = false;"
-                test = self._evaluate(running, condition, stop)
+                test = self._evaluate(running, condition, lambda: (
+                    f"if (!static_cast<bool>({self._code_of_expression(condition)})) {running}[shimkit_t] = false;"))
             iteration = [self._branch(body, running)]
             if step is not None:
-                iteration.append(self._evaluate(running, step, self._code_of_expression(step) + ";"))
+                iteration.append(self._evaluate(running, step, lambda: self._code_of_expression(step) + ";"))
             if kind == "DO_STMT":
                 parts.append(f"for (;;) {{ {' '.join(iteration)} {test} if (!shimkit_g.any({running})) break; }}")
             else:

@@ -26,7 +26,7 @@ SIMD_CALLS = ["simd_sum(mine)", "simd_max(mine)", "simd_min(mine)", "simd_prefix
               "simd_prefix_inclusive_sum(mine)", "simd_broadcast_first(mine)", "simd_shuffle_xor(mine, 1)",
               "simd_shuffle_down(mine, 3)", "simd_shuffle_up(mine, 2)", "simd_broadcast(mine, 5)",
               "simd_product(mine | 1u)", "(simd_any(mine % 5u == 0u) ? 7u : 1u)",
-              "(simd_all(mine > 3u) ? 11u : 2u)", "uint(simd_ballot((mine & 1u) != 0u))"]
+              "(simd_all(mine > 3u) ? 11u : 2u)", "(simd_ballot((mine & 1u) != 0u).any() ? 3u : 4u)"]
 
 
 @st.composite
@@ -43,7 +43,8 @@ def steps(draw, depth: int = 0, returned: bool = False) -> tuple[list[str], bool
             lines += ["shared[t] = mine;", "threadgroup_barrier(mem_flags::mem_threadgroup);",
                       f"mine = mine * 3u + shared[{source}];", "threadgroup_barrier(mem_flags::mem_threadgroup);"]
         elif choice == "simd":
-            lines.append(f"mine += {draw(st.sampled_from(SIMD_CALLS))};")
+            calls = draw(st.lists(st.sampled_from(SIMD_CALLS), min_size=1, max_size=3))
+            lines.append(f"mine += {' - '.join(calls)};")
         elif choice == "local":
             lines.append(f"uint v{len(lines)} = mine ^ {shift}u; mine = v{len(lines)} * 5u + 1u;")
         elif choice == "branch":
