@@ -448,8 +448,8 @@ def launcher(kernel: KernelInfo, index: int) -> str:
             arguments.append(f"::shimkit_metal::from_index<{param}>({parameter.binding})")
     if kernel.split:
         buffers = [a for a, p in zip(arguments, kernel.parameters) if p.kind == "buffer"]
-        run = (f"::shimkit_metal::launch<::shimkit_metal::Execution::kSplit>(*d, [&](const ::shimkit_metal::ThreadInfo* "
-               f"threads, ::shimkit_metal::uint count) {{ {kernel.split}({', '.join([*buffers, 'threads', 'count'])}); }})")
+        run = (f"::shimkit_metal::launch<::shimkit_metal::Execution::kSplit>(*d, [&](const ::shimkit_metal::ThreadInfo& "
+               f"base, ::shimkit_metal::uint count) {{ {kernel.split}({', '.join([*buffers, 'base', 'count'])}); }})")
     else:
         execution = "kFibers" if kernel.cooperative else "kLoop"
         run = (f"::shimkit_metal::launch<::shimkit_metal::Execution::{execution}>(*d, [&](const ::shimkit_metal::ThreadInfo& t) "

@@ -41,11 +41,14 @@ from pathlib import Path
 from typing import Callable
 
 BARRIERS = {"threadgroup_barrier", "simdgroup_barrier"}
+SEVERAL_COMBINES = {"simd_ballot", "simd_any", "simd_all"}  # sync.h functions with two simd_collective calls
 COLLECTIVE = re.compile(r"^(simd_\w+|quad_\w+)$")
 MAX_THREADS = "::shimkit_metal::kMaxGroupThreads"
 ASSIGNMENTS = {"=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--"}
 LOOPS = {"FOR_STMT", "WHILE_STMT", "DO_STMT"}
-POSITION = {"grid", "in_group", "group", "group_size", "grid_size", "groups"}
+THREAD_INDEX = {"index_in_group": "shimkit_t", "lane": "shimkit_t % ::shimkit_metal::kSimdWidth",
+                "simd_index": "shimkit_t / ::shimkit_metal::kSimdWidth",
+                "simds_per_group": "shimkit_g.base().simds_per_group"}
 SPLIT_SUFFIX = "__shimkit_group"
 FORMAT = "1"
 LINE_MARKER = re.compile(rb"^#\s*(\d+)\s+\"[^\"]*\"[^\n]*\n", re.M)
@@ -119,20 +122,21 @@ def _split(text: str, kernels: dict, include_dir: Path) -> Split:
     if _system_include():
         args += ["-isystem", _system_include()]
     unit = cindex.Index.create().parse("kernel.cpp", args=args, unsaved_files=[("kernel.cpp", source)])
-    errors = [d for d in unit.diagnostics if d.severity >= cindex.Diagnostic.Error]
+    errors = [d for d in unit.diagnostics if d.severity >= cindex.Diagnostic.Error and d.location.file is not None
+              and d.location.file.name == "kernel.cpp"]
     definitions = _definitions(unit.cursor)
     result = Split(text)
-    if errors:
-        first = errors[0]
-        reason = f"libclang cannot read the source: {first.spelling} (translated line {first.location.line - 1})"
-        result.reasons = {name: reason for name in kernels}
-        return result
     reach = _Reach(definitions)
     insertions: list[tuple[int, str]] = []
     for name, parameters in kernels.items():
         cursor = next((c for c in definitions.get(name, []) if _body(c) is not None), None)
         if cursor is None:
             result.reasons[name] = "libclang does not see its definition"
+            continue
+        inside = [d for d in errors if cursor.extent.start.offset <= d.location.offset <= cursor.extent.end.offset]
+        if inside:
+            result.reasons[name] = (f"Clang reads it differently from the host compiler: {inside[0].spelling} "
+                                    f"(line {_msl_line(source, inside[0].location.offset)})")
             continue
         try:
             writer = _GroupWriter(source, cursor, parameters, reach)
@@ -177,6 +181,11 @@ def _definitions(root) -> dict[str, list]:
 
 def _body(cursor):
     return next((c for c in cursor.get_children() if c.kind.name == "COMPOUND_STMT"), None)
+
+
+def _parameters(function) -> list:
+    """A function's parameters (``get_arguments`` is empty for a function template)."""
+    return [c for c in function.get_children() if c.kind.name == "PARM_DECL"]
 
 
 def _walk(cursor, into_lambdas: bool = False):
@@ -237,7 +246,7 @@ class _Reach:
         verdict: str | None = None
         for definition in self.definitions.get(qualified, []):
             by_reference = any(a.type.kind.name in ("POINTER", "LVALUEREFERENCE", "RVALUEREFERENCE")
-                               for a in definition.get_arguments())
+                               for a in _parameters(definition))
             for node in _walk(definition):
                 if node.kind.name != "CALL_EXPR":
                     continue
@@ -266,11 +275,11 @@ class _GroupWriter:
         self.top: list[str] = []       # group-level declarations: threadgroup memory, constexpr, types
         self.storage: list[str] = []   # per-thread arrays
         self.names = 0
-        arguments = list(kernel.get_arguments())
+        arguments = _parameters(kernel)
         if len(arguments) != len(parameters):
             raise Unsplittable("libclang and the front end read different parameter lists")
         self.body_cursor = _body(kernel)
-        modified = self._modified({a.spelling for a in arguments})
+        modified = self._modified(arguments)
         self.buffers: list[str] = []
         self.thread_values: list[str] = []
         outer: list[tuple[str, str]] = []
@@ -287,9 +296,11 @@ class _GroupWriter:
             if name in modified:
                 raise Unsplittable(f"it assigns its thread parameter {name}")
             if parameter.kind == "position":
-                value = f"::shimkit_metal::from_position<{spelled}>(shimkit_threads[shimkit_t].{parameter.binding})"
+                where = (f"shimkit_g.{parameter.binding}(shimkit_t).v" if parameter.binding in ("grid", "in_group")
+                         else f"shimkit_g.base().{parameter.binding}")
+                value = f"::shimkit_metal::from_position<{spelled}>({where})"
             elif parameter.kind == "index":
-                value = f"::shimkit_metal::from_index<{spelled}>(shimkit_threads[shimkit_t].{parameter.binding})"
+                value = f"::shimkit_metal::from_index<{spelled}>({THREAD_INDEX[parameter.binding]})"
             else:
                 value = f"::shimkit_metal::from_index<{spelled}>({parameter.binding})"
             self.thread_values.append(f"auto {name} = {value};")
@@ -300,15 +311,7 @@ class _GroupWriter:
     # ---- text ----
 
     def _line(self, cursor) -> int:
-        """The MSL line of a cursor, through the preprocessor's line markers."""
-        offset = cursor.extent.start.offset
-        before = self.source[:offset]
-        marker = None
-        for marker in LINE_MARKER.finditer(before):
-            pass
-        if marker is None:
-            return before.count(b"\n")
-        return int(marker.group(1)) + before.count(b"\n", marker.end())
+        return _msl_line(self.source, cursor.extent.start.offset)
 
     def _text(self, start: int, end: int) -> str:
         """The source between two offsets, with the calls of the statement being split replaced."""
@@ -370,16 +373,29 @@ class _GroupWriter:
         self.names += 1
         return f"shimkit_{what}{self.names}"
 
-    def _modified(self, names: set[str]) -> set[str]:
+    def _modified(self, parameters: list) -> set[str]:
+        """The parameters the body may assign: ``p = ...``, ``p += ...``, ``++p``, ``p.x = ...``,
+        ``p[0] = ...`` (for a value, not a pointer), or whose address it takes."""
+        kinds = {p.spelling: p.type.kind.name for p in parameters}
         tokens = [t.spelling for t in self.body_cursor.get_tokens()]
         modified = set()
         for i, token in enumerate(tokens):
-            if token not in names or (i > 0 and tokens[i - 1] in (".", "->", "::")):
+            if token not in kinds or (i > 0 and tokens[i - 1] in (".", "->", "::")):
                 continue
             after = tokens[i + 1] if i + 1 < len(tokens) else ""
             before = tokens[i - 1] if i > 0 else ""
+            if after == "." and i + 3 < len(tokens):
+                after = tokens[i + 3]  # p.x = ...
+            elif after == "[" and kinds[token] not in ("POINTER", "LVALUEREFERENCE", "RVALUEREFERENCE"):
+                depth, j = 0, i + 1
+                while j < len(tokens):
+                    depth += {"[": 1, "]": -1}.get(tokens[j], 0)
+                    if depth == 0:
+                        break
+                    j += 1
+                after = tokens[j + 1] if j + 1 < len(tokens) else ""
             unary_address = before == "&" and i > 1 and not re.match(r"^\w+$|^[)\]]$", tokens[i - 2])
-            if after in ASSIGNMENTS or after == "." or before in ("++", "--") or unary_address:
+            if after in ASSIGNMENTS or before in ("++", "--") or unary_address:
                 modified.add(token)
         return modified
 
@@ -400,10 +416,10 @@ class _GroupWriter:
         start = self.kernel.extent.start.offset
         name_at = next(t for t in self.kernel.get_tokens() if t.spelling == self.kernel.spelling).extent.start.offset
         head = " ".join(self._text(start, name_at).split()) + " "
-        parameters = ", ".join([*self.buffers, "const ::shimkit_metal::ThreadInfo* shimkit_threads",
+        parameters = ", ".join([*self.buffers, "const ::shimkit_metal::ThreadInfo& shimkit_base",
                                 "::shimkit_metal::uint shimkit_count"])
         return (f"{head}{self.kernel.spelling}{SPLIT_SUFFIX}({parameters}) {{ {' '.join(self.top)} "
-                f"::shimkit_metal::LoopGroup shimkit_g(shimkit_threads, shimkit_count); "
+                f"::shimkit_metal::LoopGroup shimkit_g(shimkit_base, shimkit_count); "
                 f"{' '.join(self.storage)} {body} }}")
 
     def _preamble(self) -> tuple[str, str]:
@@ -422,9 +438,9 @@ class _GroupWriter:
         return (f"shimkit_g.region({mask}, [&](unsigned shimkit_t) -> bool {{ {opening} {code} {closing} "
                 f"return true; }});")
 
-    def _collective(self, mask: str, call: str, code: str) -> str:
+    def _collective(self, mask: str, call: str, code: str, reaches: int) -> str:
         opening, closing = self._preamble()
-        return (f"shimkit_g.collective({mask}, [&](unsigned shimkit_t) {{ {opening} (void)({call}); {closing} }}, "
+        return (f"shimkit_g.collective<{reaches}>({mask}, [&](unsigned shimkit_t) {{ {opening} (void)({call}); {closing} }}, "
                 f"[&](unsigned shimkit_t) -> bool {{ {opening} {code} {closing} return true; }});")
 
     def _evaluate(self, mask: str, cursor, code: Callable[[], str]) -> str:
@@ -450,7 +466,23 @@ class _GroupWriter:
         finally:
             self.replacing = []
         values = " ".join(f"auto {name} = {call};" for name, call in zip(names, calls))
-        return self._collective(mask, ", ".join(f"(void)({call})" for call in calls), f"{values} {statement}")
+        return self._collective(mask, ", ".join(f"(void)({call})" for call in calls), f"{values} {statement}",
+                                self._reaches(outermost))
+
+    def _reaches(self, calls: list) -> int:
+        """At most how many simdgroup functions evaluating ``calls`` reaches, when each call in them is
+        one of shimkit's simdgroup functions with one combine; 0 when that is not known."""
+        count = 0
+        for call in calls:
+            for node in [call, *_walk(call)]:
+                if node.kind.name != "CALL_EXPR" or self.reach.kind(node) != "collective":
+                    continue
+                declared = node.referenced
+                if (declared is None or declared.location.file is None or not declared.location.file.name.endswith(
+                        "sync.h") or _callee_name(node) in SEVERAL_COMBINES):
+                    return 0
+                count += 1
+        return count
 
     def _block(self, statements: list, mask: str) -> str:
         out: list[str] = []
@@ -649,6 +681,17 @@ class _GroupWriter:
             elif at < close:
                 step = child
         return init, condition, step, body
+
+
+def _msl_line(source: bytes, offset: int) -> int:
+    """The MSL line of an offset in the translated source, through the preprocessor's line markers."""
+    before = source[:offset]
+    marker = None
+    for marker in LINE_MARKER.finditer(before):
+        pass
+    if marker is None:
+        return before.count(b"\n")
+    return int(marker.group(1)) + before.count(b"\n", marker.end())
 
 
 def _inside(inner, outer) -> bool:

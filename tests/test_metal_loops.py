@@ -155,3 +155,36 @@ def test_what_cannot_be_split_runs_on_fibers_and_says_why(source, name, reason):
     else:
         kernel(out, 2, threads=64, group_size=64)
         assert torch.equal(out, torch.full((64,), 96.0))
+
+
+THREE_D = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void coordinates(device uint* out, uint3 at [[thread_position_in_grid]], uint3 local [[thread_position_in_threadgroup]],
+                        uint3 group [[threadgroup_position_in_grid]], uint3 size [[threads_per_threadgroup]],
+                        uint3 groups [[threadgroups_per_grid]], uint3 grid [[threads_per_grid]],
+                        uint index [[thread_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+                        uint simd [[simdgroup_index_in_threadgroup]], uint simds [[simdgroups_per_threadgroup]]) {
+  threadgroup uint shared[1024];
+  shared[index] = at.x + 7u * at.y + 131u * at.z;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const uint linear = at.x + grid.x * (at.y + grid.y * at.z);
+  const uint neighbour = shared[(index + 1u) % (size.x * size.y * size.z)];
+  out[linear] = neighbour ^ (local.x << 4) ^ (local.y << 8) ^ (local.z << 12) ^ (group.x << 16) ^ (group.y << 18)
+              ^ (group.z << 20) ^ (groups.x << 22) ^ (groups.y << 24) ^ (lane << 26) ^ (simd << 28) ^ simds
+              ^ simd_sum(index);
+}
+"""
+
+
+@given(grid=st.tuples(st.integers(1, 9), st.integers(1, 7), st.integers(1, 5)),
+       group=st.tuples(st.integers(1, 8), st.integers(1, 6), st.integers(1, 4)))
+def test_every_thread_coordinate_of_a_3d_dispatch_is_what_fibers_see(grid, group):
+    split = ShaderLibrary(THREE_D).coordinates
+    fibers = ShaderLibrary(THREE_D, split_barriers=False).coordinates
+    assert split.execution == "split"
+    count = grid[0] * grid[1] * grid[2]
+    expected, actual = torch.zeros(count, dtype=torch.int32), torch.zeros(count, dtype=torch.int32)
+    fibers(expected, threads=grid, group_size=group)
+    split(actual, threads=grid, group_size=group)
+    assert torch.equal(actual, expected)

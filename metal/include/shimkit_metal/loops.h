@@ -24,10 +24,17 @@ namespace shimkit_metal {
 
 constexpr uint kMaxGroupThreads = 1024;
 
-// One threadgroup of a split kernel: which threads still run, and their lane records.
+// A thread's coordinate, as the runtime's ThreadInfo arrays hold them.
+struct Coordinate {
+  uint v[3];
+};
+
+// One threadgroup of a split kernel: which threads still run, their coordinates (computed from the
+// thread's index, not stored per thread), and their lane records.
 class LoopGroup {
  public:
-  LoopGroup(const ThreadInfo* threads, uint count) : threads_(threads), count_(count) {
+  // `base` holds the group's uniform fields, with `grid` the grid position of its first thread.
+  LoopGroup(const ThreadInfo& base, uint count) : base_(base), count_(count) {
     if (count > kMaxGroupThreads)
       throw std::runtime_error("threadgroup of " + std::to_string(count) + " threads: Metal allows at most " +
                                std::to_string(kMaxGroupThreads));
@@ -37,10 +44,10 @@ class LoopGroup {
     if (replays.size() < count) replays.resize(count);
     lanes_ = lanes.data();
     replays_ = replays.data();
+    flat_ = base.group_size[1] == 1 && base.group_size[2] == 1;
     for (uint t = 0; t < count; ++t) {
       alive[t] = true;
-      lanes_[t].info = threads[t];
-      replays_[t].recorded = 0;
+      lanes_[t].info.lane = t % kSimdWidth;
     }
   }
   ~LoopGroup() {
@@ -49,8 +56,16 @@ class LoopGroup {
     current_replay = nullptr;
   }
 
-  uint count() const { return count_; }
-  const ThreadInfo& thread(uint t) const { return threads_[t]; }
+  const ThreadInfo& base() const { return base_; }
+  Coordinate in_group(uint t) const {
+    if (flat_) return {{t, 0, 0}};
+    const uint x = base_.group_size[0], y = base_.group_size[1];
+    return {{t % x, (t / x) % y, t / (x * y)}};
+  }
+  Coordinate grid(uint t) const {
+    const Coordinate at = in_group(t);
+    return {{base_.grid[0] + at.v[0], base_.grid[1] + at.v[1], base_.grid[2] + at.v[2]}};
+  }
 
   // Runs `region(t)` for every thread in `mask` that has not returned; a region returns false when its
   // thread returned from the kernel.
@@ -59,19 +74,20 @@ class LoopGroup {
     loop_mode = mode;
     for (uint t = 0; t < count_; ++t) {
       if (!mask[t] || !alive[t]) continue;
-      enter(t);
+      if (mode != LoopMode::kOff) enter(t);
       if (!region(t)) alive[t] = false;
     }
     loop_mode = LoopMode::kOff;
     current_fiber = nullptr;
   }
 
-  // A split statement: `call(t)` evaluates its simdgroup function call until every lane has its
-  // results; then `statement(t)` runs with them.
-  template <class Call, class Statement>
+  // A split statement: `call(t)` evaluates its simdgroup calls until every lane has its results; then
+  // `statement(t)` runs with them. `Reaches` is how many simdgroup functions the calls reach at most,
+  // when the splitter knows (shimkit's own, one combine each), or 0: evaluate until no lane records.
+  template <int Reaches, class Call, class Statement>
   void collective(const bool* mask, Call&& call, Statement&& statement) {
     for (uint t = 0; t < count_; ++t) replays_[t].recorded = 0;
-    for (;;) {
+    for (int pass = 0; Reaches == 0 || pass < Reaches; ++pass) {
       bool recorded = false;
       loop_mode = LoopMode::kRecord;
       for (uint t = 0; t < count_; ++t) {
@@ -129,8 +145,9 @@ class LoopGroup {
     }
   }
 
-  const ThreadInfo* threads_;
+  ThreadInfo base_;
   uint count_;
+  bool flat_;
   Fiber* lanes_;
   LaneReplay* replays_;
 };

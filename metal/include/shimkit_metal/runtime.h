@@ -271,13 +271,13 @@ inline unsigned long groups_along(unsigned long threads, unsigned long group) {
 }
 
 // How a kernel's threads run: one after another (no barrier or simdgroup function), as loops split at
-// its barriers (the body takes a whole group: loops.h), or as cooperative fibers.
+// its barriers (the body takes a whole group, its uniform fields and its thread count: loops.h), or as
+// cooperative fibers.
 enum class Execution { kLoop, kSplit, kFibers };
 
 template <Execution E, class Body>
 inline void run_groups(const Dispatch& d, unsigned long begin, unsigned long end, Body& body) {
   constexpr bool cooperative = E == Execution::kFibers;
-  constexpr bool grouped = E != Execution::kLoop;
   const unsigned long gx = groups_along(d.threads[0], d.group[0]);
   const unsigned long gy = groups_along(d.threads[1], d.group[1]);
   const unsigned long gz = groups_along(d.threads[2], d.group[2]);
@@ -304,7 +304,12 @@ inline void run_groups(const Dispatch& d, unsigned long begin, unsigned long end
     t.groups[2] = static_cast<uint>(gz);
     const uint count = size[0] * size[1] * size[2];
     t.simds_per_group = (count + kSimdWidth - 1) / kSimdWidth;
-    if (grouped) infos.clear();
+    if constexpr (E == Execution::kSplit) {  // a split group computes its threads' coordinates (loops.h)
+      for (int k = 0; k < 3; ++k) t.grid[k] = static_cast<uint>(g[k] * d.group[k]);
+      if (count > 0) body(t, count);
+      continue;
+    }
+    if (cooperative) infos.clear();
     uint index = 0;
     for (uint z = 0; z < size[2]; ++z) {
       for (uint y = 0; y < size[1]; ++y) {
@@ -318,9 +323,9 @@ inline void run_groups(const Dispatch& d, unsigned long begin, unsigned long end
           t.index_in_group = index;
           t.lane = index % kSimdWidth;
           t.simd_index = index / kSimdWidth;
-          if constexpr (grouped) {
+          if constexpr (cooperative) {
             infos.push_back(t);
-          } else {
+          } else if constexpr (E == Execution::kLoop) {
             body(t);
           }
         }
@@ -328,8 +333,6 @@ inline void run_groups(const Dispatch& d, unsigned long begin, unsigned long end
     }
     if constexpr (cooperative) {
       if (!infos.empty()) scheduler->run_group(infos, kernel);
-    } else if constexpr (grouped) {
-      if (!infos.empty()) body(infos.data(), static_cast<uint>(infos.size()));
     }
   }
 }
