@@ -9,6 +9,8 @@
   cores) vs ``torch.addcmul``-free eager ``a * b + a``;
 * a 4096 x 4096 row reduction (one 1024-thread group per row, threadgroup memory, ``simd_sum`` and a
   barrier: cooperative fibers) vs eager ``x.sum(-1)``;
+* each of Inductor's Metal reductions from ``tests/test_metal_inductor.py`` at 1024 x 1024 (its kernels
+  run by shimkit.metal, the Python wrapper included) vs eager torch;
 * a 1024 x 1024 row sum as a tree reduction in threadgroup memory (a barrier inside a loop, 256-thread
   groups) vs eager ``x.sum(1)``, and a 1024 x 1024 row softmax with ``simd_max`` / ``simd_sum`` and three
   barriers (1024-thread groups) vs eager ``torch.softmax`` (issue 30's two further kernels).
@@ -28,8 +30,10 @@ import time
 import uuid
 
 import torch
+import torch.nn.functional as F
 
 from shimkit.metal import ShaderLibrary, compile_shader
+from shimkit.metal.inductor import inductor_metal_on_cpu
 
 ELEMENTWISE = """
 kernel void fma_like(device float* out, constant float* a, constant float* b, uint i [[thread_position_in_grid]]) {
@@ -131,6 +135,43 @@ def cooperative(label: str, source: str, name: str, arguments: tuple, threads: i
     print(f"{label}: {', '.join(figures)}; eager {eager * 1e3:.2f} ms")
 
 
+# Inductor's reductions from tests/test_metal_inductor.py, at a 1M-element size (1024 x 1024).
+INDUCTOR_REDUCTIONS = {
+    "row sum": lambda x: x.sum(-1),
+    "row max": lambda x: x.amax(-1),
+    "full sum": lambda x: x.sum(),
+    "mean + var": lambda x: x.mean(0) + x.var(0),
+    "softmax": lambda x: torch.softmax(x, -1),
+    "log_softmax (dim 0)": lambda x: torch.log_softmax(x, 0),
+    "layer norm": lambda x: F.layer_norm(x, (1024,)),
+    "rms norm": lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6),
+    "argmax": lambda x: torch.argmax(x, -1),
+    "argmin (dim 0)": lambda x: torch.argmin(x, 0),
+    "logsumexp": lambda x: torch.logsumexp(x, -1),
+}
+
+
+def inductor_reductions(repeat: int) -> None:
+    """Each reduction compiled by Inductor for Metal and run by shimkit.metal (its kernels split into
+    work-group loops), against eager torch on the same 1M-element input."""
+    x = torch.randn(1024, 1024)
+    for label, fn in INDUCTOR_REDUCTIONS.items():
+        torch._dynamo.reset()
+        with inductor_metal_on_cpu() as sources:
+            compiled = torch.compile(fn, fullgraph=True, dynamic=False)
+            got = compiled(x)
+        executions = sorted({getattr(lib, k).execution for lib in map(compile_shader, sources) for k in dir(lib)})
+        expected = fn(x)
+        if expected.dtype.is_floating_point:
+            torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-3)
+        else:
+            assert torch.equal(got, expected)
+        metal = median_seconds(lambda: compiled(x), repeat)
+        eager = median_seconds(lambda: fn(x), repeat)
+        print(f"Inductor {label} 1024x1024 ({'/'.join(executions)}): shimkit.metal {metal * 1e3:.1f} ms, "
+              f"eager {eager * 1e3:.2f} ms, ratio {metal / eager:.0f}x")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=5)
@@ -166,6 +207,7 @@ def main() -> int:
                 256, lambda: square.sum(1), args.repeat)
     cooperative("simdgroup softmax 1024x1024", SOFTMAX, "softmax", (torch.empty_like(square), square, 1024),
                 1024 * 1024, 1024, lambda: torch.softmax(square, -1), args.repeat)
+    inductor_reductions(args.repeat)
     print(f"(threads: torch {torch.get_num_threads()}, shimkit.metal workers {os.cpu_count()})")
     return 0
 

@@ -31,6 +31,7 @@ initialised variables live across a split, and a simdgroup call whose operands h
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import json
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import Callable
 
 BARRIERS = {"threadgroup_barrier", "simdgroup_barrier"}
+MAX_INLINE_DEPTH = 8
 SEVERAL_COMBINES = {"simd_ballot", "simd_any", "simd_all"}  # sync.h functions with two simd_collective calls
 COLLECTIVE = re.compile(r"^(simd_\w+|quad_\w+)$")
 MAX_THREADS = "::shimkit_metal::kMaxGroupThreads"
@@ -51,6 +53,7 @@ THREAD_INDEX = {"index_in_group": "shimkit_t", "lane": "shimkit_t % ::shimkit_me
                 "simds_per_group": "shimkit_g.base().simds_per_group"}
 SPLIT_SUFFIX = "__shimkit_group"
 FORMAT = "1"
+FLOAT_LITERAL = re.compile(rb"(?<![\w.])((?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)(?![\w.])")
 LINE_MARKER = re.compile(rb"^#\s*(\d+)\s+\"[^\"]*\"[^\n]*\n", re.M)
 
 
@@ -111,17 +114,43 @@ def _system_include() -> str:
     return done.stdout.strip()
 
 
+class _Source:
+    """The translated source, and the same with an ``f`` after every unsuffixed floating literal for
+    Clang: the host compiler builds with ``-fsingle-precision-constant`` (Metal has no double), which
+    Clang has not, so ``auto x = 2.0`` would be a double to Clang and a float to the library. Offsets in
+    Clang's AST map back to the source."""
+
+    def __init__(self, original: bytes) -> None:
+        self.original = original
+        pieces, at, self.inserted = [], 0, []
+        for match in FLOAT_LITERAL.finditer(original):
+            pieces += [original[at:match.end()], b"f"]
+            at = match.end()
+            self.inserted.append(match.end() + len(self.inserted))
+        pieces.append(original[at:])
+        self.parsed = b"".join(pieces)
+
+    def offset(self, parsed: int) -> int:
+        return parsed - bisect.bisect_left(self.inserted, parsed)
+
+    def start(self, cursor) -> int:
+        return self.offset(cursor.extent.start.offset)
+
+    def end(self, cursor) -> int:
+        return self.offset(cursor.extent.end.offset)
+
+
 def _split(text: str, kernels: dict, include_dir: Path) -> Split:
     try:
         from clang import cindex
     except ImportError:
         return Split(text, reasons={name: "libclang is not installed (pip install libclang)" for name in kernels})
     prefix = '#include "metal_stdlib"\n'
-    source = (prefix + text).encode()
+    source = _Source((prefix + text).encode())
     args = ["-x", "c++", "-std=c++20", f"-I{include_dir}"]
     if _system_include():
         args += ["-isystem", _system_include()]
-    unit = cindex.Index.create().parse("kernel.cpp", args=args, unsaved_files=[("kernel.cpp", source)])
+    unit = cindex.Index.create().parse("kernel.cpp", args=args, unsaved_files=[("kernel.cpp", source.parsed)])
     errors = [d for d in unit.diagnostics if d.severity >= cindex.Diagnostic.Error and d.location.file is not None
               and d.location.file.name == "kernel.cpp"]
     definitions = _definitions(unit.cursor)
@@ -136,15 +165,15 @@ def _split(text: str, kernels: dict, include_dir: Path) -> Split:
         inside = [d for d in errors if cursor.extent.start.offset <= d.location.offset <= cursor.extent.end.offset]
         if inside:
             result.reasons[name] = (f"Clang reads it differently from the host compiler: {inside[0].spelling} "
-                                    f"(line {_msl_line(source, inside[0].location.offset)})")
+                                    f"(line {_msl_line(source.original, source.offset(inside[0].location.offset))})")
             continue
         try:
             writer = _GroupWriter(source, cursor, parameters, reach)
-            insertions.append((cursor.extent.end.offset, writer.write()))
+            insertions.append((source.end(cursor), writer.write()))
             result.split.add(name)
         except Unsplittable as why:
             result.reasons[name] = str(why)
-    out = source
+    out = source.original
     for offset, code in sorted(insertions, reverse=True):
         out = out[:offset] + b" " + code.encode() + out[offset:]
     result.text = out[len(prefix):].decode()
@@ -196,7 +225,22 @@ def _walk(cursor, into_lambdas: bool = False):
 
 
 def _callee_name(call) -> str:
-    return call.spelling or ""
+    """The name a call calls: Clang's, or for a call it could not resolve (a dependent call in a
+    template: ``f<T, N>(x)``, ``ns::f(x)``), the last name before the arguments."""
+    if call.spelling:
+        return call.spelling
+    name, depth = "", 0
+    for token in call.get_tokens():
+        spelling = token.spelling
+        if spelling == "<":
+            depth += 1
+        elif spelling == ">":
+            depth -= 1
+        elif spelling == "(" and depth == 0:
+            break
+        elif depth == 0 and re.match(r"^[A-Za-z_]\w*$", spelling) and spelling not in ("template", "typename"):
+            name = spelling
+    return name
 
 
 class _Reach:
@@ -211,7 +255,7 @@ class _Reach:
 
     def kind(self, call) -> str:
         """"barrier", "collective" (a simdgroup function, or a pure function of values that reaches only
-        simdgroup functions) or "plain"; raises Unsplittable for a call into a function with a barrier."""
+        simdgroup functions), "inline" (a function of the source that reaches a barrier) or "plain"."""
         name = _callee_name(call)
         declared = call.referenced
         where = declared.location.file.name if declared is not None and declared.location.file else None
@@ -234,9 +278,7 @@ class _Reach:
             return "plain"
         if all(r == "collective" for _, r in reached):
             return "collective"
-        function, what = next((c, r) for c, r in reached if r != "collective")
-        raise Unsplittable(f"it calls {function}, which {what} (only the kernel's own body is split; "
-                           f"calls are not inlined)")
+        return "inline"
 
     def reaches(self, qualified: str) -> str | None:
         """None, "collective" (a function of values reaching simdgroup functions only), or why not."""
@@ -250,9 +292,8 @@ class _Reach:
             for node in _walk(definition):
                 if node.kind.name != "CALL_EXPR":
                     continue
-                try:
-                    kind = self.kind(node)
-                except Unsplittable:
+                kind = self.kind(node)
+                if kind == "inline":
                     verdict = "reaches threadgroup_barrier"
                     break
                 if kind == "barrier":
@@ -270,10 +311,12 @@ class _Reach:
 class _GroupWriter:
     """Writes the group function of one kernel definition."""
 
-    def __init__(self, source: bytes, kernel, parameters: list, reach: _Reach) -> None:
-        self.source, self.kernel, self.reach = source, kernel, reach
-        self.top: list[str] = []       # group-level declarations: threadgroup memory, constexpr, types
-        self.storage: list[str] = []   # per-thread arrays
+    def __init__(self, source: _Source, kernel, parameters: list, reach: _Reach) -> None:
+        self.src, self.source, self.kernel, self.reach = source, source.original, kernel, reach
+        self.storage: list[str] = []   # per-thread copies of the parameters the kernel assigns
+        self.declared: list[str] = []  # declarations to place before the statement being written
+        self.edits: list[tuple[int, int, str]] = []   # names qualified in inlined functions' bodies
+        self.inlined: list[tuple[str | None, str]] = []  # (result, returned) of each function being inlined
         self.names = 0
         arguments = _parameters(kernel)
         if len(arguments) != len(parameters):
@@ -286,7 +329,8 @@ class _GroupWriter:
         for argument, parameter in zip(arguments, parameters):
             name, spelled = argument.spelling, argument.type.spelling
             if parameter.kind == "buffer":
-                self.buffers.append(parameter.text)
+                # As the front end wrote it into the translation: `constant` is `const` (frontend.translate).
+                self.buffers.append(re.sub(r"\bconstant\s+const\b|\bconst\s+constant\b", "constant", parameter.text))
                 if name in modified:
                     storage = self._fresh("p")
                     self.storage.append(f"std::remove_cv_t<{spelled}> {storage}[{MAX_THREADS}]; "
@@ -311,43 +355,54 @@ class _GroupWriter:
     # ---- text ----
 
     def _line(self, cursor) -> int:
-        return _msl_line(self.source, cursor.extent.start.offset)
+        return _msl_line(self.source, self.src.start(cursor))
 
     def _text(self, start: int, end: int) -> str:
-        """The source between two offsets, with the calls of the statement being split replaced."""
+        """The source between two offsets, with the calls of the statement being split replaced and the
+        names in inlined bodies qualified."""
         pieces, at = [], start
-        for a, b, replacement in self.replacing:
-            if start <= a and b <= end:
+        for a, b, replacement in sorted(self.replacing + self.edits, key=lambda e: (e[0], -e[1])):
+            if start <= a and b <= end and a >= at:
                 pieces += [self.source[at:a].decode(), replacement]
                 at = b
         pieces.append(self.source[at:end].decode())
         return "".join(pieces)
 
     def _statement_end(self, cursor) -> int:
-        end = cursor.extent.end.offset
+        end = self.src.end(cursor)
         rest = self.source[end:end + 256]
         stripped = rest.lstrip()
         if stripped.startswith(b";"):
             return end + (len(rest) - len(stripped)) + 1
         return end
 
-    def _code(self, cursor, start: int | None = None) -> str:
-        """A statement's text on one line, with `return;` taking the thread out."""
-        start = cursor.extent.start.offset if start is None else start
+    def _code(self, cursor) -> str:
+        """A statement's text on one line, with `return` taking the thread out of the kernel, or out of
+        the function being inlined with its result stored."""
+        start = self.src.start(cursor)
         end = self._statement_end(cursor)
         edits = []
-        for node in _walk(cursor):
+        for node in [cursor, *_walk(cursor)]:
             if node.kind.name == "RETURN_STMT":
-                if list(node.get_children()):
-                    raise Unsplittable(f"line {self._line(node)}: returns a value")
-                edits.append((node.extent.start.offset, node.extent.start.offset + len("return"), "return false"))
+                value = list(node.get_children())
+                at = self.src.start(node)
+                if not self.inlined:
+                    if value:
+                        raise Unsplittable(f"line {self._line(node)}: returns a value")
+                    edits.append((at, at + len("return"), "return false"))
+                    continue
+                result, returned = self.inlined[-1]
+                stored = (f"{result}[shimkit_t] = ({self._text(self.src.start(value[0]), self.src.end(value[0]))}); "
+                          if value and result else "")
+                edits.append((at, self._statement_end(node),
+                              f"{{ {stored}{returned}[shimkit_t] = true; return true; }}"))
             elif node.kind.name in ("GOTO_STMT", "INDIRECT_GOTO_STMT", "LABEL_STMT"):
                 raise Unsplittable(f"line {self._line(node)}: goto")
         if self.loop_depth:
             self._check_jumps(cursor)
         pieces, at = [], start
         for a, b, replacement in sorted(edits):
-            if a < start:
+            if a < at:
                 continue
             pieces += [self._text(at, a), replacement]
             at = b
@@ -405,7 +460,8 @@ class _GroupWriter:
         """The split-point calls in a statement: barrier and simdgroup calls (outside lambdas)."""
         found = []
         for node in [cursor, *_walk(cursor)]:
-            if node.kind.name == "CALL_EXPR" and self.reach.kind(node) != "plain":
+            if node.kind.name == "CALL_EXPR" and self.reach.kind(node) != "plain" and not any(
+                    a <= self.src.start(node) and self.src.end(node) <= b for a, b, _ in self.replacing):
                 found.append(node)
         return found
 
@@ -413,17 +469,21 @@ class _GroupWriter:
 
     def write(self) -> str:
         body = self._block(list(self.body_cursor.get_children()), "shimkit_g.alive")
-        start = self.kernel.extent.start.offset
-        name_at = next(t for t in self.kernel.get_tokens() if t.spelling == self.kernel.spelling).extent.start.offset
+        start = self.src.start(self.kernel)
+        name_at = self.src.start(next(t for t in self.kernel.get_tokens() if t.spelling == self.kernel.spelling))
         head = " ".join(self._text(start, name_at).split()) + " "
         parameters = ", ".join([*self.buffers, "const ::shimkit_metal::ThreadInfo& shimkit_base",
                                 "::shimkit_metal::uint shimkit_count"])
-        return (f"{head}{self.kernel.spelling}{SPLIT_SUFFIX}({parameters}) {{ {' '.join(self.top)} "
+        return (f"{head}{self.kernel.spelling}{SPLIT_SUFFIX}({parameters}) {{ "
                 f"::shimkit_metal::LoopGroup shimkit_g(shimkit_base, shimkit_count); "
                 f"{' '.join(self.storage)} {body} }}")
 
-    def _preamble(self) -> tuple[str, str]:
+    def _preamble(self, mask: str) -> tuple[str, str]:
+        """Each region's opening: the thread's coordinates, its per-thread variables by their names, and
+        (in an inlined function) leaving the region when the thread has returned from it."""
         opening = " ".join(self.thread_values)
+        for _, returned in self.inlined:
+            opening += f" if ({returned}[shimkit_t]) {{ {mask}[shimkit_t] = false; return true; }}"
         closing = ""
         for scope in self.scopes:
             if scope:
@@ -434,13 +494,14 @@ class _GroupWriter:
     def _region(self, mask: str, code: str) -> str:
         if not code.strip():
             return ""
-        opening, closing = self._preamble()
+        opening, closing = self._preamble(mask)
         return (f"shimkit_g.region({mask}, [&](unsigned shimkit_t) -> bool {{ {opening} {code} {closing} "
                 f"return true; }});")
 
     def _collective(self, mask: str, call: str, code: str, reaches: int) -> str:
-        opening, closing = self._preamble()
-        return (f"shimkit_g.collective<{reaches}>({mask}, [&](unsigned shimkit_t) {{ {opening} (void)({call}); {closing} }}, "
+        opening, closing = self._preamble(mask)
+        return (f"shimkit_g.collective<{reaches}>({mask}, [&](unsigned shimkit_t) -> bool {{ {opening} (void)({call}); "
+                f"{closing} return true; }}, "
                 f"[&](unsigned shimkit_t) -> bool {{ {opening} {code} {closing} return true; }});")
 
     def _evaluate(self, mask: str, cursor, code: Callable[[], str]) -> str:
@@ -451,7 +512,7 @@ class _GroupWriter:
         if not splits:
             return self._region(mask, code())
         line = self._line(cursor)
-        if any(self.reach.kind(c) == "barrier" for c in splits):
+        if any(self.reach.kind(c) in ("barrier", "inline") for c in splits):
             raise Unsplittable(f"line {line}: a barrier inside an expression")
         outermost = sorted((c for c in splits if not any(c is not o and _inside(c, o) for o in splits)),
                            key=lambda c: c.extent.start.offset)
@@ -460,11 +521,12 @@ class _GroupWriter:
                 raise Unsplittable(f"line {line}: a simdgroup function call whose operands assign")
         calls = [self._code_of_expression(call) for call in outermost]
         names = [self._fresh("c") for _ in outermost]
-        self.replacing = [(c.extent.start.offset, c.extent.end.offset, n) for c, n in zip(outermost, names)]
+        saved = self.replacing
+        self.replacing = [*saved, *((self.src.start(c), self.src.end(c), n) for c, n in zip(outermost, names))]
         try:
             statement = code()
         finally:
-            self.replacing = []
+            self.replacing = saved
         values = " ".join(f"auto {name} = {call};" for name, call in zip(names, calls))
         return self._collective(mask, ", ".join(f"(void)({call})" for call in calls), f"{values} {statement}",
                                 self._reaches(outermost))
@@ -494,36 +556,163 @@ class _GroupWriter:
                 pending.clear()
 
         for statement in statements:
-            kind = statement.kind.name
-            if kind == "DECL_STMT":
-                if self._splits(statement):
-                    flush()
-                    out.append(self._evaluate(mask, statement, lambda: self._declaration(statement) or ""))
-                else:
-                    pending.append(self._declaration(statement) or "")
-                continue
-            if not self._splits(statement):
-                if kind in ("BREAK_STMT", "CONTINUE_STMT") and self.loop_depth:
-                    raise Unsplittable(f"line {self._line(statement)}: {kind.split('_')[0].lower()} "
-                                       f"in a loop with a barrier")
-                pending.append(self._code(statement))
-                continue
-            flush()
-            if kind == "COMPOUND_STMT":
-                out.append(self._scoped(list(statement.get_children()), mask))
-            elif kind == "IF_STMT":
-                out.append(self._if(statement, mask))
-            elif kind in LOOPS:
-                out.append(self._loop(statement, mask))
-            elif kind.endswith("_EXPR") or kind.endswith("_OPERATOR"):
-                if kind == "CALL_EXPR" and self.reach.kind(statement) == "barrier":
-                    continue  # the barrier is the boundary between two regions
-                out.append(self._evaluate(mask, statement, lambda: self._code(statement)))
-            else:
-                raise Unsplittable(f"line {self._line(statement)}: a barrier or simdgroup function "
-                                   f"inside {kind.lower().replace('_stmt', '')}")
+            before = len(out)
+            self._statement(statement, mask, out, pending, flush)
+            out[before:before] = self.declared
+            self.declared = []
         flush()
         return " ".join(out)
+
+    def _statement(self, statement, mask: str, out: list[str], pending: list[str], flush: Callable[[], None]) -> None:
+        kind = statement.kind.name
+        splits = self._splits(statement)
+        inline = [c for c in splits if self.reach.kind(c) == "inline"]
+        if inline:
+            call = self._inline_call(statement, inline, splits)
+            flush()
+            result = self._inline(call, mask, out)
+            saved = self.replacing
+            self.replacing = [*saved, (self.src.start(call), self.src.end(call),
+                                       f"{result}[shimkit_t]" if result else "(void)0")]
+            try:
+                self._statement(statement, mask, out, pending, flush)
+            finally:
+                self.replacing = saved
+            return
+        if kind == "DECL_STMT":
+            if splits:
+                flush()
+                out.append(self._evaluate(mask, statement, lambda: self._declaration(statement) or ""))
+            else:
+                pending.append(self._declaration(statement) or "")
+            return
+        if not splits:
+            if kind in ("BREAK_STMT", "CONTINUE_STMT") and self.loop_depth:
+                raise Unsplittable(f"line {self._line(statement)}: {kind.split('_')[0].lower()} "
+                                   f"in a loop with a barrier")
+            pending.append(self._code(statement))
+            return
+        flush()
+        if kind == "COMPOUND_STMT":
+            out.append(self._scoped(list(statement.get_children()), mask))
+        elif kind == "IF_STMT":
+            out.append(self._if(statement, mask))
+        elif kind in LOOPS:
+            out.append(self._loop(statement, mask))
+        elif kind.endswith("_EXPR") or kind.endswith("_OPERATOR") or kind == "RETURN_STMT":
+            if kind == "CALL_EXPR" and self.reach.kind(statement) == "barrier":
+                return  # the barrier is the boundary between two regions
+            out.append(self._evaluate(mask, statement, lambda: self._code(statement)))
+        else:
+            raise Unsplittable(f"line {self._line(statement)}: a barrier or simdgroup function "
+                               f"inside {kind.lower().replace('_stmt', '')}")
+
+    # ---- inlining ----
+
+    def _inline_call(self, statement, inline: list, splits: list):
+        """The one call to inline in ``statement``: outermost, and evaluated unconditionally."""
+        line = self._line(statement)
+        if statement.kind.name not in ("DECL_STMT", "RETURN_STMT") and not (
+                statement.kind.name.endswith("_EXPR") or statement.kind.name.endswith("_OPERATOR")):
+            raise Unsplittable(f"line {line}: a call to {_callee_name(inline[0])}, which reaches a barrier, inside "
+                               f"{statement.kind.name.lower().replace('_stmt', '')}")
+        outermost = [c for c in inline if not any(c is not o and _inside(c, o) for o in splits)]
+        if len(outermost) != 1 or len(inline) != 1:
+            raise Unsplittable(f"line {line}: calls to functions with barriers nested or side by side")
+        call = outermost[0]
+        for node in [statement, *_walk(statement)]:
+            if node.kind.name == "CONDITIONAL_OPERATOR" and _inside(call, node):
+                raise Unsplittable(f"line {line}: a call to {_callee_name(call)}, which reaches a barrier, under ?:")
+        return call
+
+    def _inline(self, call, mask: str, out: list[str]) -> str | None:
+        """Writes the body of the function ``call`` calls at group level; returns the per-thread array of
+        its results (None for void). The body is the instantiation Clang made for this call, so its
+        variables have their types; its names are qualified, as they are looked up where it is written."""
+        name, line = _callee_name(call), self._line(call)
+        declared = call.referenced
+        if len(self.inlined) >= MAX_INLINE_DEPTH:
+            raise Unsplittable(f"line {line}: functions with barriers nested more than {MAX_INLINE_DEPTH} deep")
+        definition = declared if declared is not None and _body(declared) is not None else (
+            declared.get_definition() if declared is not None else None)
+        if definition is None or _body(definition) is None:
+            raise Unsplittable(f"line {line}: it calls {name}, which reaches a barrier and whose definition "
+                               f"Clang cannot resolve here (a call in a template) to inline")
+        if definition.kind.name == "CXX_METHOD":
+            raise Unsplittable(f"line {line}: it calls member function {name}, which reaches a barrier "
+                               f"(member functions are not inlined)")
+        parameters, arguments = _parameters(definition), list(call.get_arguments())
+        if len(parameters) != len(arguments):
+            raise Unsplittable(f"line {line}: the call to {name} leaves default arguments out")
+        from clang import cindex
+        result_type = definition.result_type.get_canonical()
+        result = None if result_type.kind.name == "VOID" else self._fresh("r")
+        returned, inner = self._fresh("x"), self._fresh("m")
+        parts = [f"std::remove_cv_t<{result_type.spelling}> {result}[{MAX_THREADS}];" if result else "", "{"]
+        pattern = cindex.conf.lib.clang_getSpecializedCursorTemplate(definition)
+        if pattern is not None and pattern.kind.name == "FUNCTION_TEMPLATE":
+            names = [c.spelling for c in pattern.get_children()
+                     if c.kind.name in ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER")]
+            for index, parameter in enumerate(names):
+                kind = definition.get_template_argument_kind(index).name
+                if kind == "TYPE":
+                    parts.append(f"using {parameter} = {definition.get_template_argument_type(index).get_canonical().spelling};")
+                elif kind == "INTEGRAL":
+                    parts.append(f"constexpr auto {parameter} = {definition.get_template_argument_value(index)};")
+                else:
+                    raise Unsplittable(f"line {line}: {name} has a template argument of kind {kind.lower()}")
+        bound, assignments = [], []
+        for parameter, argument in zip(parameters, arguments):
+            kind = parameter.type.kind.name
+            declared_type = parameter.type.get_canonical()
+            if kind == "LVALUEREFERENCE" and not declared_type.get_pointee().is_const_qualified():
+                raise Unsplittable(f"line {line}: {name} takes {parameter.spelling} by reference")
+            if kind in ("LVALUEREFERENCE", "RVALUEREFERENCE"):
+                declared_type = declared_type.get_pointee()
+            if self._splits(argument):
+                raise Unsplittable(f"line {line}: an argument of {name} has a barrier or simdgroup function")
+            storage = self._fresh("a")
+            parts.append(f"std::remove_cv_t<{declared_type.spelling}> {storage}[{MAX_THREADS}];")
+            assignments.append(f"{storage}[shimkit_t] = ({self._code_of_expression(argument)});")
+            if parameter.spelling:
+                bound.append((parameter.spelling, storage))
+        parts.append(f"bool {returned}[{MAX_THREADS}]; bool {inner}[{MAX_THREADS}]; "
+                     f"for (unsigned t = 0; t < shimkit_count; ++t) {{ {returned}[t] = false; {inner}[t] = {mask}[t]; }}")
+        parts.append(self._region(mask, " ".join(assignments)))
+        self._qualify(_body(definition))
+        if pattern is not None and pattern.kind.name == "FUNCTION_TEMPLATE" and _body(pattern) is not None:
+            self._qualify(_body(pattern))  # the instantiation leaves out some type sugar (opmath_t<T>)
+        saved_scopes, saved_depth = self.scopes, self.loop_depth
+        self.scopes, self.loop_depth = [[], bound], 0  # the callee sees its parameters, not the caller's names
+        self.inlined.append((result, returned))
+        try:
+            parts.append(self._block(list(_body(definition).get_children()), inner))
+        finally:
+            self.scopes, self.loop_depth = saved_scopes, saved_depth
+            self.inlined.pop()
+        parts.append("}")
+        out.append(" ".join(p for p in parts if p))
+        return result
+
+    def _qualify(self, body) -> None:
+        """Names the body finds in its namespaces, written ``::ns::name`` so that they mean the same
+        where the body is inlined."""
+        tokens = list(body.get_tokens())
+        previous = {token.extent.start.offset: tokens[i - 1].spelling if i else "" for i, token in enumerate(tokens)}
+        for node in _walk(body):
+            if node.kind.name not in ("DECL_REF_EXPR", "TEMPLATE_REF", "TYPE_REF", "OVERLOADED_DECL_REF"):
+                continue
+            target = node.referenced
+            if target is None or target.semantic_parent is None or target.semantic_parent.kind.name != "NAMESPACE":
+                continue
+            first = next(node.get_tokens(), None)
+            if first is None or first.spelling != target.spelling:
+                continue
+            if previous.get(first.extent.start.offset, "") in ("::", ".", "->"):
+                continue
+            edit = (self.src.start(first), self.src.end(first), "::" + _qualified(target))
+            if edit not in self.edits:
+                self.edits.append(edit)
 
     def _scoped(self, statements: list, mask: str) -> str:
         self.scopes.append([])
@@ -533,8 +722,9 @@ class _GroupWriter:
             self.scopes.pop()
 
     def _declaration(self, statement) -> str | None:
-        """Group-level declarations go to the top; a variable becomes per-thread storage, and its
-        initialisation the returned assignment."""
+        """Group-level declarations (threadgroup memory, ``constexpr``, types) stay once, where they are;
+        a variable becomes a per-thread array declared there, and its initialisation the returned
+        assignment."""
         children = list(statement.get_children())
         tokens = [t.spelling for t in statement.get_tokens()]
         if any(c.kind.name != "VAR_DECL" for c in children) or "constexpr" in tokens or (
@@ -542,19 +732,23 @@ class _GroupWriter:
                                  for c in children)):
             if self._splits(statement):
                 raise Unsplittable(f"line {self._line(statement)}: a static declaration with a barrier")
-            self.top.append(self._code(statement))
+            self.declared.append(self._code(statement))
             return None
         assignments = []
         for variable in children:
-            spelled = variable.type.spelling
+            # Canonical types are fully qualified: an inlined body's types are written in the callee's
+            # namespace, and an `auto` deduces sugar such as c10's opmath_t<float>. A template kernel's own
+            # types stay as written (their canonical form names no template parameter).
+            canonical = variable.type.get_canonical().spelling
+            spelled = variable.type.spelling if "type-parameter" in canonical else canonical
             line = self._line(variable)
-            if "auto" in spelled or "dependent" in spelled or "(lambda" in spelled:
+            if any(word in spelled for word in ("auto", "dependent", "(lambda", "(anonymous", "(unnamed")):
                 raise Unsplittable(f"line {line}: variable {variable.spelling} of type {spelled} is live across a "
                                    f"split and its type cannot be named")
             if variable.type.kind.name in ("LVALUEREFERENCE", "RVALUEREFERENCE"):
                 raise Unsplittable(f"line {line}: reference {variable.spelling} in a block with a barrier")
             storage = self._fresh("v")
-            self.storage.append(f"std::remove_cv_t<{spelled}> {storage}[{MAX_THREADS}];")
+            self.declared.append(f"std::remove_cv_t<{spelled}> {storage}[{MAX_THREADS}];")
             self.scopes[-1].append((variable.spelling, storage))
             initializer = [c for c in variable.get_children() if c.kind.name not in ("TYPE_REF", "TEMPLATE_REF",
                                                                                      "NAMESPACE_REF")]
@@ -568,8 +762,8 @@ class _GroupWriter:
                 continue
             if variable.type.kind.name.endswith("ARRAY"):
                 raise Unsplittable(f"line {line}: array {variable.spelling} initialised in a block with a barrier")
-            start = variable_tokens[equals + 1].extent.start.offset
-            end = variable.extent.end.offset
+            start = self.src.start(variable_tokens[equals + 1])
+            end = self.src.end(variable)
             value = " ".join(line for line in self._text(start, end).split("\n") if not line.lstrip().startswith("#"))
             assignments.append(f"{variable.spelling} = {value};")
         return " ".join(assignments)
@@ -605,7 +799,7 @@ class _GroupWriter:
         return self._scoped([statement], mask)
 
     def _code_of_expression(self, cursor) -> str:
-        text = self._text(cursor.extent.start.offset, cursor.extent.end.offset)
+        text = self._text(self.src.start(cursor), self.src.end(cursor))
         return " ".join(line for line in text.split("\n") if not line.lstrip().startswith("#"))
 
     def _loop(self, statement, mask: str) -> str:
@@ -634,10 +828,14 @@ class _GroupWriter:
                         parts.append(self._region(running, self._declaration(init) or ""))
                 else:
                     parts.append(self._evaluate(running, init, lambda: self._code_of_expression(init) + ";"))
+                parts[2:2] = self.declared  # the loop variable's storage, before its first region
+                self.declared = []
             test = ""
             if condition is not None:
                 test = self._evaluate(running, condition, lambda: (
                     f"if (!static_cast<bool>({self._code_of_expression(condition)})) {running}[shimkit_t] = false;"))
+            elif self.inlined:  # a thread that returned from the inlined function leaves the loop here
+                test = self._region(running, ";")
             iteration = [self._branch(body, running)]
             if step is not None:
                 iteration.append(self._evaluate(running, step, lambda: self._code_of_expression(step) + ";"))

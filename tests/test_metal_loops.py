@@ -125,6 +125,22 @@ kernel void helper(device float* out, constant float* in, uint i [[thread_positi
   out[i] = group_total(shared, in[i], t, n);
 }
 """
+BY_REFERENCE = """
+#include <metal_stdlib>
+using namespace metal;
+void add_group(threadgroup float* shared, thread float& v, uint t, uint n) {
+  shared[t] = v;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint k = 0; k < n; ++k) v += shared[k];
+}
+kernel void by_reference(device float* out, constant float* in, uint i [[thread_position_in_grid]],
+                         uint t [[thread_position_in_threadgroup]], uint n [[threads_per_threadgroup]]) {
+  threadgroup float shared[256];
+  float v = in[i];
+  add_group(shared, v, t, n);
+  out[i] = v;
+}
+"""
 BREAK_ACROSS_BARRIER = """
 #include <metal_stdlib>
 using namespace metal;
@@ -139,8 +155,18 @@ kernel void leaves(device float* out, constant uint& rounds, uint i [[thread_pos
 """
 
 
+def test_a_function_with_a_barrier_is_inlined_into_the_split_kernel():
+    kernel = ShaderLibrary(HELPER_WITH_BARRIER).helper
+    assert kernel.execution == "split", kernel.fibers_because
+    values = torch.arange(96, dtype=torch.float32)
+    out = torch.zeros(96)
+    kernel(out, values, threads=96, group_size=64)
+    expected = torch.cat([torch.full((64,), float(values[:64].sum())), torch.full((32,), float(values[64:].sum()))])
+    assert torch.equal(out, expected)
+
+
 @pytest.mark.parametrize("source, name, reason", [
-    (HELPER_WITH_BARRIER, "helper", "it calls group_total, which reaches threadgroup_barrier"),
+    (BY_REFERENCE, "by_reference", "line 13: add_group takes v by reference"),
     (BREAK_ACROSS_BARRIER, "leaves", "line 8: break out of a loop with a barrier"),
 ])
 def test_what_cannot_be_split_runs_on_fibers_and_says_why(source, name, reason):
@@ -148,10 +174,10 @@ def test_what_cannot_be_split_runs_on_fibers_and_says_why(source, name, reason):
     assert kernel.execution == "fibers"
     assert reason in kernel.fibers_because
     out = torch.zeros(64)
-    if name == "helper":
+    if name == "by_reference":
         values = torch.arange(64, dtype=torch.float32)
         kernel(out, values, threads=64, group_size=64)
-        assert torch.equal(out, torch.full((64,), float(values.sum())))
+        assert torch.equal(out, values + float(values.sum()))
     else:
         kernel(out, 2, threads=64, group_size=64)
         assert torch.equal(out, torch.full((64,), 96.0))
