@@ -43,7 +43,7 @@ from typing import Callable
 
 BARRIERS = {"threadgroup_barrier", "simdgroup_barrier"}
 MAX_INLINE_DEPTH = 8
-SEVERAL_COMBINES = {"simd_ballot", "simd_any", "simd_all"}  # sync.h functions with two simd_collective calls
+TWO_COMBINES = {"simd_ballot", "simd_any", "simd_all"}  # sync.h functions with two simd_collective calls
 COLLECTIVE = re.compile(r"^(simd_\w+|quad_\w+)$")
 MAX_THREADS = "::shimkit_metal::kMaxGroupThreads"
 ASSIGNMENTS = {"=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--"}
@@ -270,8 +270,8 @@ class _Reach:
                       else self.by_name.get(name, []))
         if declared is None and name in BARRIERS:
             return "barrier"
-        if declared is None and COLLECTIVE.match(name) and not candidates:
-            return "collective"
+        if declared is None and COLLECTIVE.match(name):
+            return "collective"  # a dependent call: shimkit's simdgroup function or a wrapper of one
         reached = [(c, self.reaches(c)) for c in candidates]
         reached = [(c, r) for c, r in reached if r is not None]
         if not reached:
@@ -392,8 +392,10 @@ class _GroupWriter:
                     edits.append((at, at + len("return"), "return false"))
                     continue
                 result, returned = self.inlined[-1]
-                stored = (f"{result}[shimkit_t] = ({self._text(self.src.start(value[0]), self.src.end(value[0]))}); "
-                          if value and result else "")
+                returned_value = self._text(self.src.start(value[0]), self.src.end(value[0])) if value else ""
+                if not returned_value.lstrip().startswith("{"):
+                    returned_value = f"({returned_value})"  # `return {a, b};` assigns the braced list as it is
+                stored = f"{result}[shimkit_t] = {returned_value}; " if value and result else ""
                 edits.append((at, self._statement_end(node),
                               f"{{ {stored}{returned}[shimkit_t] = true; return true; }}"))
             elif node.kind.name in ("GOTO_STMT", "INDIRECT_GOTO_STMT", "LABEL_STMT"):
@@ -532,18 +534,18 @@ class _GroupWriter:
                                 self._reaches(outermost))
 
     def _reaches(self, calls: list) -> int:
-        """At most how many simdgroup functions evaluating ``calls`` reaches, when each call in them is
-        one of shimkit's simdgroup functions with one combine; 0 when that is not known."""
+        """At most how many combines evaluating ``calls`` reaches, when each call in them is one of
+        shimkit's simdgroup functions; 0 when that is not known (a function of the source)."""
         count = 0
         for call in calls:
             for node in [call, *_walk(call)]:
                 if node.kind.name != "CALL_EXPR" or self.reach.kind(node) != "collective":
                     continue
                 declared = node.referenced
-                if (declared is None or declared.location.file is None or not declared.location.file.name.endswith(
-                        "sync.h") or _callee_name(node) in SEVERAL_COMBINES):
+                if declared is None or declared.location.file is None or not declared.location.file.name.endswith(
+                        "sync.h"):
                     return 0
-                count += 1
+                count += 2 if _callee_name(node) in TWO_COMBINES else 1
         return count
 
     def _block(self, statements: list, mask: str) -> str:
@@ -567,6 +569,11 @@ class _GroupWriter:
         kind = statement.kind.name
         splits = self._splits(statement)
         inline = [c for c in splits if self.reach.kind(c) == "inline"]
+        if not inline:
+            # A function of the source that reaches only simdgroup functions (c10's NaN-propagating
+            # simd_max, simd_argmax) is inlined too where it is a whole statement's call: each simdgroup
+            # function in it then splits alone, with one evaluation, instead of re-evaluating the call.
+            inline = [c for c in splits if self._inlinable_collective(statement, c, splits)]
         if inline:
             call = self._inline_call(statement, inline, splits)
             flush()
@@ -608,6 +615,22 @@ class _GroupWriter:
                                f"inside {kind.lower().replace('_stmt', '')}")
 
     # ---- inlining ----
+
+    def _inlinable_collective(self, statement, call, splits: list) -> bool:
+        declared = call.referenced
+        if (self.reach.kind(call) != "collective" or declared is None or declared.location.file is None
+                or declared.location.file.name != "kernel.cpp" or declared.kind.name == "CXX_METHOD"
+                or len(self.inlined) >= MAX_INLINE_DEPTH):
+            return False
+        if any(c is not call and _inside(call, c) for c in splits) or len(
+                [c for c in splits if not any(c is not o and _inside(c, o) for o in splits)]) != 1:
+            return False
+        if statement.kind.name not in ("DECL_STMT", "RETURN_STMT") and not (
+                statement.kind.name.endswith("_EXPR") or statement.kind.name.endswith("_OPERATOR")):
+            return False
+        if any(p.type.kind.name == "LVALUEREFERENCE" for p in _parameters(declared)):
+            return False
+        return not any(n.kind.name == "CONDITIONAL_OPERATOR" and _inside(call, n) for n in _walk(statement))
 
     def _inline_call(self, statement, inline: list, splits: list):
         """The one call to inline in ``statement``: outermost, and evaluated unconditionally."""
@@ -654,6 +677,8 @@ class _GroupWriter:
             names = [c.spelling for c in pattern.get_children()
                      if c.kind.name in ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER")]
             for index, parameter in enumerate(names):
+                if not parameter:
+                    continue  # unnamed (`typename = enable_if_t<...>`): the body cannot refer to it
                 kind = definition.get_template_argument_kind(index).name
                 if kind == "TYPE":
                     parts.append(f"using {parameter} = {definition.get_template_argument_type(index).get_canonical().spelling};")
@@ -700,7 +725,7 @@ class _GroupWriter:
         tokens = list(body.get_tokens())
         previous = {token.extent.start.offset: tokens[i - 1].spelling if i else "" for i, token in enumerate(tokens)}
         for node in _walk(body):
-            if node.kind.name not in ("DECL_REF_EXPR", "TEMPLATE_REF", "TYPE_REF", "OVERLOADED_DECL_REF"):
+            if node.kind.name not in ("DECL_REF_EXPR", "TEMPLATE_REF", "TYPE_REF", "OVERLOADED_DECL_REF", "NAMESPACE_REF"):
                 continue
             target = node.referenced
             if target is None or target.semantic_parent is None or target.semantic_parent.kind.name != "NAMESPACE":

@@ -214,3 +214,43 @@ def test_every_thread_coordinate_of_a_3d_dispatch_is_what_fibers_see(grid, group
     fibers(expected, threads=grid, group_size=group)
     split(actual, threads=grid, group_size=group)
     assert torch.equal(actual, expected)
+
+
+C10_HELPERS = """
+#include <c10/metal/reduction_utils.h>
+using namespace metal;
+kernel void helpers(device float* sums, device float* maxima, device long* argmaxima, constant float* in,
+                    uint i [[thread_position_in_grid]], uint t [[thread_position_in_threadgroup]],
+                    uint n [[threads_per_threadgroup]], uint group [[threadgroup_position_in_grid]]) {
+  threadgroup float partial[32];
+  threadgroup float values[32];
+  threadgroup long indices[32];
+  const float v = in[i];
+  auto total = c10::metal::threadgroup_sum(partial, v, t, n);
+  auto largest = c10::metal::threadgroup_max(partial, v, t, n);
+  auto where = c10::metal::threadgroup_argmax(values, indices, v, long(i), t, n);
+  if (t == 0) {
+    sums[group] = total;
+    maxima[group] = largest;
+    argmaxima[group] = where;
+  }
+}
+"""
+
+
+@given(group=st.integers(1, 256), groups=st.integers(1, 3),
+       values=st.lists(st.floats(-1e3, 1e3, width=32) | st.just(float("nan")), min_size=1, max_size=768))
+def test_c10_reduction_helpers_inlined_compute_what_fibers_compute(group, groups, values):
+    split = ShaderLibrary(C10_HELPERS).helpers
+    fibers = ShaderLibrary(C10_HELPERS, split_barriers=False).helpers
+    assert split.execution == "split", split.fibers_because
+    threads = group * groups
+    x = torch.tensor((values * (threads // len(values) + 1))[:threads], dtype=torch.float32)
+    results = []
+    for kernel in (split, fibers):
+        out = (torch.zeros(groups), torch.zeros(groups), torch.zeros(groups, dtype=torch.int64))
+        kernel(*out, x, threads=threads, group_size=group)
+        results.append(out)
+    for a, b in zip(*results):
+        assert torch.equal(a, b) or torch.allclose(a, b, equal_nan=True, rtol=0, atol=0)
+    assert torch.allclose(results[0][1], x.view(groups, group).amax(1), equal_nan=True)
