@@ -173,6 +173,8 @@ def _split(text: str, kernels: dict, include_dir: Path) -> Split:
             result.split.add(name)
         except Unsplittable as why:
             result.reasons[name] = str(why)
+        except Exception as error:  # libclang's Python binding on a construct it does not model
+            result.reasons[name] = f"shimkit.metal could not split it ({type(error).__name__}: {error})"
     out = source.original
     for offset, code in sorted(insertions, reverse=True):
         out = out[:offset] + b" " + code.encode() + out[offset:]
@@ -209,12 +211,21 @@ def _definitions(root) -> dict[str, list]:
 
 
 def _body(cursor):
-    return next((c for c in cursor.get_children() if c.kind.name == "COMPOUND_STMT"), None)
+    return next((c for c in cursor.get_children() if _kind(c) == "COMPOUND_STMT"), None)
+
+
+def _kind(node) -> str:
+    """A cursor's or type's kind; "OTHER" for one this libclang binding has no name for (the type
+    ``_Float16`` is 32)."""
+    try:
+        return node.kind.name
+    except ValueError:
+        return "OTHER"
 
 
 def _parameters(function) -> list:
     """A function's parameters (``get_arguments`` is empty for a function template)."""
-    return [c for c in function.get_children() if c.kind.name == "PARM_DECL"]
+    return [c for c in function.get_children() if _kind(c) == "PARM_DECL"]
 
 
 def _walk(cursor, into_lambdas: bool = False):
@@ -287,7 +298,7 @@ class _Reach:
         self.memo[qualified] = None  # recursion reaches nothing new
         verdict: str | None = None
         for definition in self.definitions.get(qualified, []):
-            by_reference = any(a.type.kind.name in ("POINTER", "LVALUEREFERENCE", "RVALUEREFERENCE")
+            by_reference = any(_kind(a.type) in ("POINTER", "LVALUEREFERENCE", "RVALUEREFERENCE")
                                for a in _parameters(definition))
             for node in _walk(definition):
                 if node.kind.name != "CALL_EXPR":
@@ -383,7 +394,7 @@ class _GroupWriter:
         end = self._statement_end(cursor)
         edits = []
         for node in [cursor, *_walk(cursor)]:
-            if node.kind.name == "RETURN_STMT":
+            if _kind(node) == "RETURN_STMT":
                 value = list(node.get_children())
                 at = self.src.start(node)
                 if not self.inlined:
@@ -398,7 +409,7 @@ class _GroupWriter:
                 stored = f"{result}[shimkit_t] = {returned_value}; " if value and result else ""
                 edits.append((at, self._statement_end(node),
                               f"{{ {stored}{returned}[shimkit_t] = true; return true; }}"))
-            elif node.kind.name in ("GOTO_STMT", "INDIRECT_GOTO_STMT", "LABEL_STMT"):
+            elif _kind(node) in ("GOTO_STMT", "INDIRECT_GOTO_STMT", "LABEL_STMT"):
                 raise Unsplittable(f"line {self._line(node)}: goto")
         if self.loop_depth:
             self._check_jumps(cursor)
@@ -433,7 +444,7 @@ class _GroupWriter:
     def _modified(self, parameters: list) -> set[str]:
         """The parameters the body may assign: ``p = ...``, ``p += ...``, ``++p``, ``p.x = ...``,
         ``p[0] = ...`` (for a value, not a pointer), or whose address it takes."""
-        kinds = {p.spelling: p.type.kind.name for p in parameters}
+        kinds = {p.spelling: _kind(p.type) for p in parameters}
         tokens = [t.spelling for t in self.body_cursor.get_tokens()]
         modified = set()
         for i, token in enumerate(tokens):
@@ -462,7 +473,7 @@ class _GroupWriter:
         """The split-point calls in a statement: barrier and simdgroup calls (outside lambdas)."""
         found = []
         for node in [cursor, *_walk(cursor)]:
-            if node.kind.name == "CALL_EXPR" and self.reach.kind(node) != "plain" and not any(
+            if _kind(node) == "CALL_EXPR" and self.reach.kind(node) != "plain" and not any(
                     a <= self.src.start(node) and self.src.end(node) <= b for a, b, _ in self.replacing):
                 found.append(node)
         return found
@@ -619,24 +630,24 @@ class _GroupWriter:
     def _inlinable_collective(self, statement, call, splits: list) -> bool:
         declared = call.referenced
         if (self.reach.kind(call) != "collective" or declared is None or declared.location.file is None
-                or declared.location.file.name != "kernel.cpp" or declared.kind.name == "CXX_METHOD"
+                or declared.location.file.name != "kernel.cpp" or _kind(declared) == "CXX_METHOD"
                 or len(self.inlined) >= MAX_INLINE_DEPTH):
             return False
         if any(c is not call and _inside(call, c) for c in splits) or len(
                 [c for c in splits if not any(c is not o and _inside(c, o) for o in splits)]) != 1:
             return False
         if statement.kind.name not in ("DECL_STMT", "RETURN_STMT") and not (
-                statement.kind.name.endswith("_EXPR") or statement.kind.name.endswith("_OPERATOR")):
+                _kind(statement).endswith("_EXPR") or _kind(statement).endswith("_OPERATOR")):
             return False
-        if any(p.type.kind.name == "LVALUEREFERENCE" for p in _parameters(declared)):
+        if any(_kind(p.type) == "LVALUEREFERENCE" for p in _parameters(declared)):
             return False
-        return not any(n.kind.name == "CONDITIONAL_OPERATOR" and _inside(call, n) for n in _walk(statement))
+        return not any(_kind(n) == "CONDITIONAL_OPERATOR" and _inside(call, n) for n in _walk(statement))
 
     def _inline_call(self, statement, inline: list, splits: list):
         """The one call to inline in ``statement``: outermost, and evaluated unconditionally."""
         line = self._line(statement)
         if statement.kind.name not in ("DECL_STMT", "RETURN_STMT") and not (
-                statement.kind.name.endswith("_EXPR") or statement.kind.name.endswith("_OPERATOR")):
+                _kind(statement).endswith("_EXPR") or _kind(statement).endswith("_OPERATOR")):
             raise Unsplittable(f"line {line}: a call to {_callee_name(inline[0])}, which reaches a barrier, inside "
                                f"{statement.kind.name.lower().replace('_stmt', '')}")
         outermost = [c for c in inline if not any(c is not o and _inside(c, o) for o in splits)]
@@ -644,7 +655,7 @@ class _GroupWriter:
             raise Unsplittable(f"line {line}: calls to functions with barriers nested or side by side")
         call = outermost[0]
         for node in [statement, *_walk(statement)]:
-            if node.kind.name == "CONDITIONAL_OPERATOR" and _inside(call, node):
+            if _kind(node) == "CONDITIONAL_OPERATOR" and _inside(call, node):
                 raise Unsplittable(f"line {line}: a call to {_callee_name(call)}, which reaches a barrier, under ?:")
         return call
 
@@ -661,7 +672,7 @@ class _GroupWriter:
         if definition is None or _body(definition) is None:
             raise Unsplittable(f"line {line}: it calls {name}, which reaches a barrier and whose definition "
                                f"Clang cannot resolve here (a call in a template) to inline")
-        if definition.kind.name == "CXX_METHOD":
+        if _kind(definition) == "CXX_METHOD":
             raise Unsplittable(f"line {line}: it calls member function {name}, which reaches a barrier "
                                f"(member functions are not inlined)")
         parameters, arguments = _parameters(definition), list(call.get_arguments())
@@ -669,17 +680,20 @@ class _GroupWriter:
             raise Unsplittable(f"line {line}: the call to {name} leaves default arguments out")
         from clang import cindex
         result_type = definition.result_type.get_canonical()
-        result = None if result_type.kind.name == "VOID" else self._fresh("r")
+        result = None if _kind(result_type) == "VOID" else self._fresh("r")
         returned, inner = self._fresh("x"), self._fresh("m")
         parts = [f"std::remove_cv_t<{result_type.spelling}> {result}[{MAX_THREADS}];" if result else "", "{"]
         pattern = cindex.conf.lib.clang_getSpecializedCursorTemplate(definition)
-        if pattern is not None and pattern.kind.name == "FUNCTION_TEMPLATE":
+        if pattern is not None and _kind(pattern) == "FUNCTION_TEMPLATE":
             names = [c.spelling for c in pattern.get_children()
-                     if c.kind.name in ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER")]
+                     if _kind(c) in ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER")]
             for index, parameter in enumerate(names):
                 if not parameter:
                     continue  # unnamed (`typename = enable_if_t<...>`): the body cannot refer to it
-                kind = definition.get_template_argument_kind(index).name
+                try:
+                    kind = definition.get_template_argument_kind(index).name
+                except ValueError:  # libclang has no name for the kind (a pack, a template template argument)
+                    kind = "unknown"
                 if kind == "TYPE":
                     parts.append(f"using {parameter} = {definition.get_template_argument_type(index).get_canonical().spelling};")
                 elif kind == "INTEGRAL":
@@ -688,7 +702,7 @@ class _GroupWriter:
                     raise Unsplittable(f"line {line}: {name} has a template argument of kind {kind.lower()}")
         bound, assignments = [], []
         for parameter, argument in zip(parameters, arguments):
-            kind = parameter.type.kind.name
+            kind = _kind(parameter.type)
             declared_type = parameter.type.get_canonical()
             if kind == "LVALUEREFERENCE" and not declared_type.get_pointee().is_const_qualified():
                 raise Unsplittable(f"line {line}: {name} takes {parameter.spelling} by reference")
@@ -705,7 +719,7 @@ class _GroupWriter:
                      f"for (unsigned t = 0; t < shimkit_count; ++t) {{ {returned}[t] = false; {inner}[t] = {mask}[t]; }}")
         parts.append(self._region(mask, " ".join(assignments)))
         self._qualify(_body(definition))
-        if pattern is not None and pattern.kind.name == "FUNCTION_TEMPLATE" and _body(pattern) is not None:
+        if pattern is not None and _kind(pattern) == "FUNCTION_TEMPLATE" and _body(pattern) is not None:
             self._qualify(_body(pattern))  # the instantiation leaves out some type sugar (opmath_t<T>)
         saved_scopes, saved_depth = self.scopes, self.loop_depth
         self.scopes, self.loop_depth = [[], bound], 0  # the callee sees its parameters, not the caller's names
@@ -770,7 +784,7 @@ class _GroupWriter:
             if any(word in spelled for word in ("auto", "dependent", "(lambda", "(anonymous", "(unnamed")):
                 raise Unsplittable(f"line {line}: variable {variable.spelling} of type {spelled} is live across a "
                                    f"split and its type cannot be named")
-            if variable.type.kind.name in ("LVALUEREFERENCE", "RVALUEREFERENCE"):
+            if _kind(variable.type) in ("LVALUEREFERENCE", "RVALUEREFERENCE"):
                 raise Unsplittable(f"line {line}: reference {variable.spelling} in a block with a barrier")
             storage = self._fresh("v")
             self.declared.append(f"std::remove_cv_t<{spelled}> {storage}[{MAX_THREADS}];")
@@ -782,10 +796,10 @@ class _GroupWriter:
                            if t.spelling == "=" and i > 0 and variable_tokens[i - 1].spelling == variable.spelling),
                           None)
             if equals is None:
-                if initializer and not variable.type.kind.name.endswith("ARRAY"):
+                if initializer and not _kind(variable.type).endswith("ARRAY"):
                     raise Unsplittable(f"line {line}: {variable.spelling} is initialised directly, not with =")
                 continue
-            if variable.type.kind.name.endswith("ARRAY"):
+            if _kind(variable.type).endswith("ARRAY"):
                 raise Unsplittable(f"line {line}: array {variable.spelling} initialised in a block with a barrier")
             start = self.src.start(variable_tokens[equals + 1])
             end = self.src.end(variable)
@@ -801,7 +815,7 @@ class _GroupWriter:
 
     def _if(self, statement, mask: str) -> str:
         children = list(statement.get_children())
-        if any(c.kind.name == "DECL_STMT" or c.kind.name == "VAR_DECL" for c in children[:-1]) or \
+        if any(_kind(c) == "DECL_STMT" or _kind(c) == "VAR_DECL" for c in children[:-1]) or \
                 len(children) not in (2, 3):
             raise Unsplittable(f"line {self._line(statement)}: if with a declaration and a barrier")
         condition, then = children[0], children[1]
@@ -819,7 +833,7 @@ class _GroupWriter:
         return " ".join(parts)
 
     def _branch(self, statement, mask: str) -> str:
-        if statement.kind.name == "COMPOUND_STMT":
+        if _kind(statement) == "COMPOUND_STMT":
             return self._scoped(list(statement.get_children()), mask)
         return self._scoped([statement], mask)
 
@@ -846,7 +860,7 @@ class _GroupWriter:
         try:
             parts = ["{", declare]
             if init is not None:
-                if init.kind.name == "DECL_STMT":
+                if _kind(init) == "DECL_STMT":
                     if self._splits(init):
                         parts.append(self._evaluate(running, init, lambda: self._declaration(init) or ""))
                     else:
@@ -898,7 +912,7 @@ class _GroupWriter:
             if at < semicolons[0]:
                 init = child
             elif at < semicolons[1]:
-                if child.kind.name in ("DECL_STMT", "VAR_DECL"):
+                if _kind(child) in ("DECL_STMT", "VAR_DECL"):
                     raise Unsplittable(f"line {self._line(statement)}: a for condition that declares")
                 condition = child
             elif at < close:
