@@ -228,9 +228,7 @@ class MetalKernel:
         simdgroup function), ``"split"`` (loops over the group's threads between its barriers and
         simdgroup functions: ``loops.py``) or ``"fibers"`` (cooperative fibers that switch at each of
         them; :attr:`fibers_because` says why)."""
-        if not self._info.cooperative:
-            return "loop"
-        return "split" if self._info.split else "fibers"
+        return _execution(self._info)
 
     @property
     def fibers_because(self) -> str | None:
@@ -302,6 +300,12 @@ class MetalKernel:
             reports = [f"{m.file.decode(errors='replace')}:{m.line}: {m.func.decode(errors='replace')}: "
                        f"{m.message.decode(errors='replace')}" for m in errors.msg[:min(errors.count, 30)]]
             raise RuntimeError(f"kernel {name!r} reported {errors.count} error(s): " + "; ".join(reports))
+
+
+def _execution(info: KernelInfo) -> str:
+    if not info.cooperative:
+        return "loop"
+    return "split" if info.split else "fibers"
 
 
 def _check_tensor(name: str, index: int, tensor: torch.Tensor) -> None:
@@ -410,6 +414,18 @@ class ShaderLibrary:
 
     def __dir__(self) -> list[str]:
         return sorted(self._infos)
+
+    def executions(self) -> dict[str, tuple[str, str | None]]:
+        """How each kernel runs (``"loop"``, ``"split"`` or ``"fibers"``) and, on fibers, why: a listing
+        that compiles nothing (a library of hundreds of template instantiations compiles per kernel).
+
+        >>> lib = compile_shader("kernel void total(device float* out, constant float* x, "
+        ...                      "uint t [[thread_position_in_threadgroup]]) { float s = simd_sum(x[t]); "
+        ...                      "if (t == 0) out[0] = s; }")
+        >>> lib.executions()
+        {'total': ('split', None)}
+        """
+        return {name: (_execution(info), info.fibers_because) for name, (_, info) in sorted(self._infos.items())}
 
     def launcher(self, name: str) -> tuple[str, int, int, int]:
         """Where a C++ host calls kernel ``name``: the shared library's path, the index of its

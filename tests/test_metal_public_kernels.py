@@ -133,3 +133,16 @@ def test_decode_attention_matches_scaled_dot_product_attention(dtype, tolerance,
     mask = torch.arange(keys)[None, :] <= torch.arange(queries)[:, None] if causal else None
     expected = F.scaled_dot_product_attention(q.float(), k_full, v_full, attn_mask=mask, scale=scale)
     torch.testing.assert_close(out.float(), expected, rtol=tolerance, atol=tolerance)
+
+
+def test_which_of_atens_kernels_run_split_into_loops_and_which_still_on_fibers():
+    """Issue 30's census of PyTorch's MPS kernels: every decode-attention kernel (simdgroup reductions and
+    barriers in the kernel's body) runs split; the sort kernels stay on fibers, each saying why: they are
+    templates whose calls to the functions with barriers (sort_block_body, block_merge_sort,
+    mb_merge_body) depend on their template parameters, which Clang resolves only per instantiation."""
+    attention = attention_library().executions()
+    assert attention and {execution for execution, _ in attention.values()} == {"split"}
+    sort = sort_library().executions()
+    assert len(sort) == 700 and {execution for execution, _ in sort.values()} == {"fibers"}
+    callees = {why.split("it calls ")[1].split(",")[0] for _, why in sort.values()}
+    assert callees == {"sort_block_body", "block_merge_sort", "mb_merge_body"}
