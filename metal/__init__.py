@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 
 from shimkit.metal.frontend import MetalSourceError
-from shimkit.metal.library import MetalCompileError, MetalKernel, ShaderLibrary
+from shimkit.metal.library import MetalCompileError, MetalKernel, MetalRaceError, ShaderLibrary
 from shimkit.metal.library import compile_shader as compile_for_cpu
 from shimkit.metal.mlx import MetalKernelError, metal_kernel
 
@@ -50,4 +50,4 @@ def compile_shader(source: str):
     return compile_for_cpu(source)
 
 
-__all__ = ["MetalCompileError", "MetalKernel", "MetalKernelError", "MetalSourceError", "MSL_TYPES", "ShaderLibrary", "compile_shader", "metal_kernel", "msl_type"]
+__all__ = ["MetalCompileError", "MetalKernel", "MetalKernelError", "MetalRaceError", "MetalSourceError", "MSL_TYPES", "ShaderLibrary", "compile_shader", "metal_kernel", "msl_type"]

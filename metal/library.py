@@ -55,7 +55,13 @@ class ErrorMessages(ctypes.Structure):
 
 
 class Dispatch(ctypes.Structure):
-    _fields_ = [("threads", ctypes.c_ulong * 3), ("group", ctypes.c_ulong * 3), ("workers", ctypes.c_int)]
+    _fields_ = [("threads", ctypes.c_ulong * 3), ("group", ctypes.c_ulong * 3), ("workers", ctypes.c_int),
+                ("reverse", ctypes.c_int)]
+
+
+class MetalRaceError(RuntimeError):
+    """A kernel's result depends on the order of its threads between two barriers: a thread reads memory
+    another thread of its threadgroup writes with no barrier between them (Metal leaves it undefined)."""
 
 
 _lock = threading.Lock()
@@ -199,8 +205,8 @@ def _compile_message(stderr: str, source: str) -> str:
 class MetalKernel:
     """One kernel of a :class:`ShaderLibrary`: ``kernel(*args, threads=None, group_size=None, arg_casts=None)``."""
 
-    def __init__(self, library: ctypes.CDLL, info: KernelInfo, index: int) -> None:
-        self._info = info
+    def __init__(self, library: ctypes.CDLL, info: KernelInfo, index: int, check_races: bool = False) -> None:
+        self._info, self._check_races = info, check_races
         self._launch = getattr(library, f"shimkit_launch_{index}")
         self._launch.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(Dispatch)]
         self._launch.restype = ctypes.c_int
@@ -234,6 +240,25 @@ class MetalKernel:
     def fibers_because(self) -> str | None:
         """Why a kernel runs on fibers rather than split into loops (None when it does not)."""
         return self._info.fibers_because
+
+    def _reverse_and_compare(self, args: Sequence[Any], again: dict[int, torch.Tensor], pointers: Any,
+                             dispatch: Dispatch) -> None:
+        name = self._info.name
+        for index, copy in again.items():
+            pointers[index] = copy.data_ptr() or None
+        dispatch.reverse = 1
+        if self._launch(pointers, ctypes.byref(dispatch)) != 0:
+            raise RuntimeError(f"kernel {name!r} failed: {self._last_error().decode()}")
+        for index, copy in again.items():
+            first, second = args[index].reshape(-1), copy.reshape(-1)
+            same = (first == second) | ((first != first) & (second != second))
+            if not bool(same.all()):
+                at = int((~same).nonzero()[0])
+                raise MetalRaceError(
+                    f"kernel {name!r}: buffer {index} holds {first[at].item()} at element {at} with each region's "
+                    f"threads run first to last and {second[at].item()} run last to first: a thread reads memory "
+                    f"that another thread of its threadgroup writes with no barrier between them, which Metal "
+                    f"leaves undefined")
 
     def __repr__(self) -> str:
         return f"<shimkit.metal kernel {self._info.name!r}: {self._info.buffers} buffers, runs as {self.execution}>"
@@ -293,9 +318,15 @@ class MetalKernel:
             raise ValueError(f"kernel {name!r}: a threadgroup of {total} threads exceeds its "
                              f"max_threads_per_threadgroup ({limit})")
         dispatch = Dispatch((ctypes.c_ulong * 3)(*(grid + [1] * (3 - len(grid)))),
-                            (ctypes.c_ulong * 3)(*(group + [1] * (3 - len(group)))), os.cpu_count() or 1)
+                            (ctypes.c_ulong * 3)(*(group + [1] * (3 - len(group)))), os.cpu_count() or 1, 0)
+        again = None
+        if self._check_races and self.execution == "split":
+            # The same launch again on copies of the tensors, each region's threads last to first.
+            again = {index: arg.clone() for index, arg in enumerate(args) if isinstance(arg, torch.Tensor)}
         if self._launch(pointers, ctypes.byref(dispatch)) != 0:
             raise RuntimeError(f"kernel {name!r} failed: {self._last_error().decode()}")
+        if again is not None:
+            self._reverse_and_compare(args, again, pointers, dispatch)
         if errors is not None and errors.count:
             reports = [f"{m.file.decode(errors='replace')}:{m.line}: {m.func.decode(errors='replace')}: "
                        f"{m.message.decode(errors='replace')}" for m in errors.msg[:min(errors.count, 30)]]
@@ -389,17 +420,24 @@ EAGER_KERNELS = 16
 class ShaderLibrary:
     """The kernels of one MSL source, as attributes (``lib.my_kernel``); ``dir(lib)`` lists them.
 
+    ``check_races=True`` runs each call of a split kernel twice, the second time on copies of its tensors
+    with the threads of every region in the opposite order, and raises :class:`MetalRaceError` where the
+    results differ: a race that one fixed order would silently give one answer to.
+
     The source is translated (and any error in it raised) at construction; its kernels compile then, or,
     past ``EAGER_KERNELS`` of them, each on its first use."""
 
-    def __init__(self, source: str, *, ucontext_fibers: bool = False, split_barriers: bool = True) -> None:
+    def __init__(self, source: str, *, ucontext_fibers: bool = False, split_barriers: bool = True,
+                 check_races: bool = False) -> None:
         self._source, self._ucontext_fibers, self._split = source, ucontext_fibers, split_barriers
+        self._check_races = check_races
         translation = _translation(source, split_barriers)
         self._infos = {name: (index, info) for index, (name, info) in enumerate(translation.kernels.items())}
         self._kernels: dict[str, MetalKernel] = {}
         if len(self._infos) <= EAGER_KERNELS:
             library, _ = compile_library(source, ucontext_fibers=ucontext_fibers, split_barriers=split_barriers)
-            self._kernels = {name: MetalKernel(library, info, index) for name, (index, info) in self._infos.items()}
+            self._kernels = {name: MetalKernel(library, info, index, check_races)
+                             for name, (index, info) in self._infos.items()}
 
     def __getattr__(self, name: str) -> MetalKernel:
         kernels, infos = self.__dict__.get("_kernels", {}), self.__dict__.get("_infos", {})
@@ -408,7 +446,7 @@ class ShaderLibrary:
         if name in infos:
             library, _ = compile_library(self._source, ucontext_fibers=self._ucontext_fibers, split_barriers=self._split, kernels=(name,))
             index, info = infos[name]
-            kernels[name] = MetalKernel(library, info, index)
+            kernels[name] = MetalKernel(library, info, index, self._check_races)
             return kernels[name]
         raise AttributeError(f"the shader library has no kernel {name!r} (kernels: {', '.join(sorted(infos))})")
 

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shimkit.metal.library import ShaderLibrary
+from shimkit.metal.library import MetalRaceError, ShaderLibrary
 
 HEADER = """
 #include <metal_stdlib>
@@ -254,3 +254,30 @@ def test_c10_reduction_helpers_inlined_compute_what_fibers_compute(group, groups
     for a, b in zip(*results):
         assert torch.equal(a, b) or torch.allclose(a, b, equal_nan=True, rtol=0, atol=0)
     assert torch.allclose(results[0][1], x.view(groups, group).amax(1), equal_nan=True)
+
+
+RACY = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void neighbour(device float* out, constant float* in, uint i [[thread_position_in_grid]],
+                      uint t [[thread_position_in_threadgroup]], uint n [[threads_per_threadgroup]]) {
+  threadgroup float shared[64];
+  shared[t] = in[i];
+  BARRIER
+  out[i] = shared[(t + 1) % n];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+}
+"""
+
+
+def test_the_race_check_reports_a_read_of_threadgroup_memory_written_without_a_barrier():
+    values = torch.arange(1.0, 129.0)
+    out = torch.zeros(128)
+    racy = ShaderLibrary(RACY.replace("BARRIER", ""), check_races=True).neighbour
+    assert racy.execution == "split"
+    with pytest.raises(MetalRaceError, match=r"kernel 'neighbour': buffer 0 .* no barrier between them"):
+        racy(out, values, threads=128, group_size=64)
+    fixed = ShaderLibrary(RACY.replace("BARRIER", "threadgroup_barrier(mem_flags::mem_threadgroup);"),
+                          check_races=True).neighbour
+    fixed(out, values, threads=128, group_size=64)
+    assert torch.equal(out, values.view(2, 64).roll(-1, 1).reshape(-1))

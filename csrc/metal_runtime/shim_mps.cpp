@@ -49,6 +49,7 @@ struct Grid {
   unsigned long threads[3];
   unsigned long group[3];
   int workers;
+  int reverse = 0;
 };
 using Launch = int (*)(void**, Grid*);
 using LastError = const char* (*)();

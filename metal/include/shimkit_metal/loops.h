@@ -45,6 +45,7 @@ class LoopGroup {
     lanes_ = lanes.data();
     replays_ = replays.data();
     flat_ = base.group_size[1] == 1 && base.group_size[2] == 1;
+    reverse_ = base.reverse != 0;
     for (uint t = 0; t < count; ++t) {
       alive[t] = true;
       lanes_[t].info.lane = t % kSimdWidth;
@@ -67,12 +68,14 @@ class LoopGroup {
     return {{base_.grid[0] + at.v[0], base_.grid[1] + at.v[1], base_.grid[2] + at.v[2]}};
   }
 
-  // Runs `region(t)` for every thread in `mask` that has not returned; a region returns false when its
+  // Runs `region(t)` for every thread in `mask` that has not returned (first to last, or last to first
+  // for the race check: Metal orders no two threads between barriers); a region returns false when its
   // thread returned from the kernel.
   template <class Region>
   void region(const bool* mask, Region&& region, LoopMode mode = LoopMode::kOff) {
     loop_mode = mode;
-    for (uint t = 0; t < count_; ++t) {
+    for (uint k = 0; k < count_; ++k) {
+      const uint t = reverse_ ? count_ - 1 - k : k;
       if (!mask[t] || !alive[t]) continue;
       if (mode != LoopMode::kOff) enter(t);
       if (!region(t)) alive[t] = false;
@@ -90,7 +93,8 @@ class LoopGroup {
     for (int pass = 0; Reaches == 0 || pass < Reaches; ++pass) {
       bool recorded = false;
       loop_mode = LoopMode::kRecord;
-      for (uint t = 0; t < count_; ++t) {
+      for (uint k = 0; k < count_; ++k) {
+        const uint t = reverse_ ? count_ - 1 - k : k;
         if (!mask[t] || !alive[t]) continue;
         enter(t);
         call(t);
@@ -148,6 +152,7 @@ class LoopGroup {
   ThreadInfo base_;
   uint count_;
   bool flat_;
+  bool reverse_;
   Fiber* lanes_;
   LaneReplay* replays_;
 };

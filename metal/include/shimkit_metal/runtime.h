@@ -34,12 +34,14 @@ constexpr size_t kLaneBytes = 64;
 struct ThreadInfo {
   uint grid[3], in_group[3], group[3], group_size[3], grid_size[3], groups[3];
   uint index_in_group, lane, simd_index, simds_per_group;
+  uint reverse;  // a split kernel's regions run their threads last to first (the race check)
 };
 
 struct Dispatch {
   unsigned long threads[3];
   unsigned long group[3];
   int workers;
+  int reverse = 0;  // see ThreadInfo::reverse
 };
 
 struct Fiber;
@@ -305,6 +307,7 @@ inline void run_groups(const Dispatch& d, unsigned long begin, unsigned long end
     const uint count = size[0] * size[1] * size[2];
     t.simds_per_group = (count + kSimdWidth - 1) / kSimdWidth;
     if constexpr (E == Execution::kSplit) {  // a split group computes its threads' coordinates (loops.h)
+      t.reverse = d.reverse != 0;
       for (int k = 0; k < 3; ++k) t.grid[k] = static_cast<uint>(g[k] * d.group[k]);
       if (count > 0) body(t, count);
       continue;
