@@ -65,8 +65,8 @@ class MetalRaceError(RuntimeError):
 
 
 _lock = threading.Lock()
-_compiled: dict[tuple[str, bool, bool, tuple[str, ...] | None], tuple[ctypes.CDLL, Translation]] = {}
-_building: dict[tuple[str, bool, bool, tuple[str, ...] | None], threading.Lock] = {}
+_compiled: dict[tuple[str, bool, bool, bool, tuple[str, ...] | None], tuple[ctypes.CDLL, Translation]] = {}
+_building: dict[tuple[str, bool, bool, bool, tuple[str, ...] | None], threading.Lock] = {}
 # Part of every library's cache key. Format 1 shared one source file name between concurrent builds, so a
 # build could compile another's half-written source into a library without kernels (seen with 12 test
 # workers); its cached libraries are never loaded again.

@@ -122,7 +122,9 @@ class _Source:
 
     def __init__(self, original: bytes) -> None:
         self.original = original
-        pieces, at, self.inserted = [], 0, []
+        self.inserted: list[int] = []
+        pieces: list[bytes] = []
+        at = 0
         for match in FLOAT_LITERAL.finditer(original):
             pieces += [original[at:match.end()], b"f"]
             at = match.end()
