@@ -506,14 +506,26 @@ class _GroupWriter:
                 closing += " }"
         return opening, closing
 
+    def _bound(self, code: str) -> str:
+        """``decltype(x)`` of a per-thread variable names its declared type, not the reference the region
+        binds to it (Inductor writes ``static_cast<decltype(tmp3)>(...)``)."""
+        names = {name for scope in self.scopes for name, _ in scope}
+        if not names or "decltype" not in code:
+            return code
+        return re.sub(r"\bdecltype\s*\(\s*([A-Za-z_]\w*)\s*\)",
+                      lambda m: f"std::remove_reference_t<decltype({m.group(1)})>" if m.group(1) in names
+                      else m.group(0), code)
+
     def _region(self, mask: str, code: str) -> str:
         if not code.strip():
             return ""
+        code = self._bound(code)
         opening, closing = self._preamble(mask)
         return (f"shimkit_g.region({mask}, [&](unsigned shimkit_t) -> bool {{ {opening} {code} {closing} "
                 f"return true; }});")
 
     def _collective(self, mask: str, call: str, code: str, reaches: int) -> str:
+        call, code = self._bound(call), self._bound(code)
         opening, closing = self._preamble(mask)
         return (f"shimkit_g.collective<{reaches}>({mask}, [&](unsigned shimkit_t) -> bool {{ {opening} (void)({call}); "
                 f"{closing} return true; }}, "

@@ -281,3 +281,26 @@ def test_the_race_check_reports_a_read_of_threadgroup_memory_written_without_a_b
                           check_races=True).neighbour
     fixed(out, values, threads=128, group_size=64)
     assert torch.equal(out, values.view(2, 64).roll(-1, 1).reshape(-1))
+
+
+DECLTYPE = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void typed(device float* out, constant float* in, uint t [[thread_position_in_threadgroup]],
+                  uint i [[thread_position_in_grid]]) {
+  threadgroup float shared[64];
+  auto tmp3 = in[i] * 2.0;
+  shared[t] = tmp3;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[i] = static_cast<decltype(tmp3)>(shared[(t + 1) % 64]) + tmp3;
+}
+"""
+
+
+def test_decltype_of_a_variable_live_across_a_barrier_is_its_declared_type():
+    """Inductor writes static_cast<decltype(tmp3)>(...); the split binds tmp3 by reference in each region."""
+    kernel = ShaderLibrary(DECLTYPE).typed
+    assert kernel.execution == "split"
+    values, out = torch.arange(64.0), torch.zeros(64)
+    kernel(out, values, threads=64, group_size=64)
+    assert torch.equal(out, values.roll(-1) * 2 + values * 2)
