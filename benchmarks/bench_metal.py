@@ -15,7 +15,7 @@
   groups) vs eager ``x.sum(1)``, and a 1024 x 1024 row softmax with ``simd_max`` / ``simd_sum`` and three
   barriers (1024-thread groups) vs eager ``torch.softmax`` (issue 30's two further kernels).
 
-Each figure is the median of ``--repeat`` runs; ratios are shimkit.metal / torch in the same process.
+Each figure is the median of ``--repeat`` samples (a sample repeats a fast call to fill 20 ms); ratios are shimkit.metal / torch in the same process.
 Targets (issue 12): cached compile < 50 ms, elementwise within 10x of eager torch.
 """
 
@@ -111,12 +111,19 @@ kernel void softmax(device float* out, constant float* x, constant uint& n,
 """
 
 
-def median_seconds(fn, repeat: int) -> float:
+def median_seconds(fn, repeat: int, sample_seconds: float = 0.02) -> float:
+    """Seconds per call of ``fn``, the median of ``repeat`` samples after one warm-up call; a sample runs
+    ``fn`` as many times as fill about ``sample_seconds`` (as timeit does), so that a call of tens of
+    microseconds is not read off one timer interval and one cache state."""
+    start = time.perf_counter()
+    fn()
+    number = max(1, int(sample_seconds / max(time.perf_counter() - start, 1e-9)))
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - start) / number)
     return statistics.median(times)
 
 

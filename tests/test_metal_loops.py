@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shimkit.metal.library import MetalRaceError, ShaderLibrary
@@ -65,24 +65,34 @@ def steps(draw, depth: int = 0, returned: bool = False) -> tuple[list[str], bool
     return lines, returned
 
 
-@given(program=steps(), group=st.integers(1, 96), groups=st.integers(1, 3), partial=st.integers(0, 95),
-       seed=st.integers(0, 2**16))
-def test_generated_barrier_kernels_split_into_loops_compute_what_fibers_compute(program, group, groups, partial,
+# Each example compiles its programs twice (split and fibers): several programs share one library, so that
+# the examples cost compiles, not the programs in them.
+PROGRAMS_PER_EXAMPLE = 4
+
+
+@settings(max_examples=max(1, settings().max_examples // 3))
+@given(programs=st.lists(steps(), min_size=1, max_size=PROGRAMS_PER_EXAMPLE), group=st.integers(1, 96),
+       groups=st.integers(1, 3), partial=st.integers(0, 95), seed=st.integers(0, 2**16))
+def test_generated_barrier_kernels_split_into_loops_compute_what_fibers_compute(programs, group, groups, partial,
                                                                                seed):
-    lines, _ = program
     # Every program ends with a simdgroup function, so that each one is cooperative.
-    source = HEADER + "\n".join("  " + line for line in lines) + "\n  out[i] = mine + simd_sum(mine);\n}\n"
-    split = ShaderLibrary(source).generated
-    fibers = ShaderLibrary(source, split_barriers=False).generated
-    assert split.execution == "split", (split.fibers_because, source)
-    assert fibers.execution == "fibers"
+    kernels = [HEADER.replace("kernel void generated", f"kernel void generated{k}").split("using namespace metal;")[1]
+               + "\n".join("  " + line for line in lines) + "\n  out[i] = mine + simd_sum(mine);\n}\n"
+               for k, (lines, _) in enumerate(programs)]
+    source = HEADER.split("kernel void")[0] + "".join(kernels)
+    split_library = ShaderLibrary(source)
+    fibers_library = ShaderLibrary(source, split_barriers=False)
     threads = group * groups + partial % group
     values = torch.randint(0, 2**31, (threads,), generator=torch.Generator().manual_seed(seed)).to(torch.int64)
     values = values.to(torch.int32)
-    expected, actual = torch.zeros_like(values), torch.zeros_like(values)
-    fibers(expected, values, threads=threads, group_size=group)
-    split(actual, values, threads=threads, group_size=group)
-    assert torch.equal(actual, expected), source
+    for k, kernel in enumerate(kernels):
+        split, fibers = getattr(split_library, f"generated{k}"), getattr(fibers_library, f"generated{k}")
+        assert split.execution == "split", (split.fibers_because, kernel)
+        assert fibers.execution == "fibers"
+        expected, actual = torch.zeros_like(values), torch.zeros_like(values)
+        fibers(expected, values, threads=threads, group_size=group)
+        split(actual, values, threads=threads, group_size=group)
+        assert torch.equal(actual, expected), kernel
 
 
 FIXED = HEADER.replace("kernel void generated", "kernel void fixed") + """

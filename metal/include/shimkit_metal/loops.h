@@ -34,7 +34,7 @@ struct Coordinate {
 class LoopGroup {
  public:
   // `base` holds the group's uniform fields, with `grid` the grid position of its first thread.
-  LoopGroup(const ThreadInfo& base, uint count) : base_(base), count_(count) {
+  LoopGroup(const ThreadInfo& base, uint count) : base_(base), count_(count), now_(executing) {
     if (count > kMaxGroupThreads)
       throw std::runtime_error("threadgroup of " + std::to_string(count) + " threads: Metal allows at most " +
                                std::to_string(kMaxGroupThreads));
@@ -52,9 +52,9 @@ class LoopGroup {
     }
   }
   ~LoopGroup() {
-    loop_mode = LoopMode::kOff;
-    current_fiber = nullptr;
-    current_replay = nullptr;
+    now_.loop_mode = LoopMode::kOff;
+    now_.fiber = nullptr;
+    now_.replay = nullptr;
   }
 
   const ThreadInfo& base() const { return base_; }
@@ -73,15 +73,15 @@ class LoopGroup {
   // thread returned from the kernel.
   template <class Region>
   void region(const bool* mask, Region&& region, LoopMode mode = LoopMode::kOff) {
-    loop_mode = mode;
+    now_.loop_mode = mode;
     for (uint k = 0; k < count_; ++k) {
       const uint t = reverse_ ? count_ - 1 - k : k;
       if (!mask[t] || !alive[t]) continue;
       if (mode != LoopMode::kOff) enter(t);
       if (!region(t)) alive[t] = false;
     }
-    loop_mode = LoopMode::kOff;
-    current_fiber = nullptr;
+    now_.loop_mode = LoopMode::kOff;
+    now_.fiber = nullptr;
   }
 
   // A split statement: `call(t)` evaluates its simdgroup calls until every lane has its results; then
@@ -92,7 +92,7 @@ class LoopGroup {
     for (uint t = 0; t < count_; ++t) replays_[t].recorded = 0;
     for (int pass = 0; Reaches == 0 || pass < Reaches; ++pass) {
       bool recorded = false;
-      loop_mode = LoopMode::kRecord;
+      now_.loop_mode = LoopMode::kRecord;
       for (uint k = 0; k < count_; ++k) {
         const uint t = reverse_ ? count_ - 1 - k : k;
         if (!mask[t] || !alive[t]) continue;
@@ -100,8 +100,8 @@ class LoopGroup {
         call(t);
         recorded |= replays_[t].pending;
       }
-      loop_mode = LoopMode::kOff;
-      current_fiber = nullptr;
+      now_.loop_mode = LoopMode::kOff;
+      now_.fiber = nullptr;
       if (!recorded) break;
       combine(mask);
     }
@@ -118,8 +118,8 @@ class LoopGroup {
 
  private:
   void enter(uint t) {
-    current_fiber = &lanes_[t];
-    current_replay = &replays_[t];
+    now_.fiber = &lanes_[t];
+    now_.replay = &replays_[t];
     replays_[t].next = 0;
     replays_[t].pending = false;
   }
@@ -155,6 +155,7 @@ class LoopGroup {
   bool reverse_;
   Fiber* lanes_;
   LaneReplay* replays_;
+  Executing& now_;
 };
 
 }  // namespace shimkit_metal

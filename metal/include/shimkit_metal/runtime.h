@@ -60,8 +60,18 @@ struct Fiber {
 };
 
 struct Scheduler;
-inline thread_local Scheduler* current_scheduler = nullptr;
-inline thread_local Fiber* current_fiber = nullptr;
+struct LaneReplay;
+enum class LoopMode { kOff, kRecord, kReplay };
+
+// What the worker thread is running, in one thread_local: a shared library reaches its thread_locals
+// through a TLS descriptor call, so a simdgroup function takes the address once and a split group keeps it.
+struct Executing {
+  Scheduler* scheduler = nullptr;  // the fiber scheduler of the group, when it runs on fibers
+  Fiber* fiber = nullptr;          // the running fiber, or the lane record of the running split thread
+  LoopMode loop_mode = LoopMode::kOff;
+  LaneReplay* replay = nullptr;    // the running split thread's results to replay
+};
+inline thread_local Executing executing;
 
 [[noreturn]] inline void not_cooperative(const char* what) {
   throw std::logic_error(std::string(what) +
@@ -84,7 +94,7 @@ struct Scheduler {
 
   static void entry(void* scheduler) {
     Scheduler* self = static_cast<Scheduler*>(scheduler);
-    Fiber* fiber = current_fiber;
+    Fiber* fiber = executing.fiber;
     try {
       (*self->body)(fiber->info);
     } catch (...) {
@@ -95,7 +105,7 @@ struct Scheduler {
   }
 
   void yield(Wait why) {
-    Fiber* fiber = current_fiber;
+    Fiber* fiber = executing.fiber;
     fiber->state = why;
     switch_context(fiber->context, home);
   }
@@ -113,21 +123,22 @@ struct Scheduler {
       prepare_context(f.context, stacks[i].get(), stack_bytes + kStaggerBytes - i * kStaggerStep % kStaggerBytes,
                       &Scheduler::entry, this);
     }
-    Scheduler* previous = current_scheduler;
-    current_scheduler = this;
+    Executing& now = executing;
+    Scheduler* previous = now.scheduler;
+    now.scheduler = this;
     size_t done = 0;
     while (done < n) {
       for (size_t i = 0; i < n; ++i) {
         if (fibers[i].state != Wait::kReady) continue;
-        current_fiber = &fibers[i];
+        now.fiber = &fibers[i];
         switch_context(home, fibers[i].context);
-        current_fiber = nullptr;
+        now.fiber = nullptr;
         if (fibers[i].state == Wait::kDone) ++done;
       }
       if (failure) break;
       if (done < n && !release(false) && !release(true)) deadlock();
     }
-    current_scheduler = previous;
+    now.scheduler = previous;
     if (failure) {
       std::exception_ptr error = failure;
       failure = nullptr;
@@ -193,15 +204,14 @@ struct Scheduler {
 };
 
 inline void threadgroup_barrier_wait() {
-  if (current_scheduler == nullptr || current_fiber == nullptr) not_cooperative("threadgroup_barrier");
-  current_scheduler->yield(Wait::kBarrier);
+  Executing& now = executing;
+  if (now.scheduler == nullptr || now.fiber == nullptr) not_cooperative("threadgroup_barrier");
+  now.scheduler->yield(Wait::kBarrier);
 }
 
 // ---- split kernels (loops.h) ----
 
 constexpr int kMaxCollectivesPerCall = 8;
-
-enum class LoopMode { kOff, kRecord, kReplay };
 
 struct LaneReplay {
   int recorded = 0;  // results available to replay
@@ -210,20 +220,18 @@ struct LaneReplay {
   alignas(32) unsigned char results[kMaxCollectivesPerCall][kLaneBytes];
 };
 
-inline thread_local LoopMode loop_mode = LoopMode::kOff;
-inline thread_local LaneReplay* current_replay = nullptr;
-
 // A simdgroup function in a split kernel (loops.h): records its operand, or replays its result.
 template <class T>
-inline void loop_collective(const T& value, Combine combine, long argument, const T* fill, T& out) {
-  LaneReplay& replay = *current_replay;
-  Fiber& lane = *current_fiber;
+inline void loop_collective(const Executing& now, const T& value, Combine combine, long argument, const T* fill,
+                            T& out) {
+  LaneReplay& replay = *now.replay;
+  Fiber& lane = *now.fiber;
   const int index = replay.next++;
   if (index < replay.recorded) {
     std::memcpy(static_cast<void*>(&out), replay.results[index], sizeof(T));
     return;
   }
-  if (loop_mode == LoopMode::kReplay)
+  if (now.loop_mode == LoopMode::kReplay)
     throw std::logic_error("a split statement reached a simdgroup function its split point did not evaluate "
                            "(report this as a shimkit.metal bug)");
   if (!replay.pending) {
@@ -242,18 +250,19 @@ inline void loop_collective(const T& value, Combine combine, long argument, cons
 template <class T>
 inline T simd_collective(const T& value, Combine combine, long argument = 0, const T* fill = nullptr) {
   static_assert(sizeof(T) <= kLaneBytes, "simdgroup function on a type larger than 64 bytes");
-  if (loop_mode != LoopMode::kOff) {
+  Executing& now = executing;
+  if (now.loop_mode != LoopMode::kOff) {
     T out;
-    loop_collective(value, combine, argument, fill, out);
+    loop_collective(now, value, combine, argument, fill, out);
     return out;
   }
-  if (current_scheduler == nullptr || current_fiber == nullptr) not_cooperative("a simdgroup function");
-  Fiber* fiber = current_fiber;
+  if (now.scheduler == nullptr || now.fiber == nullptr) not_cooperative("a simdgroup function");
+  Fiber* fiber = now.fiber;
   std::memcpy(fiber->value, &value, sizeof(T));
   if (fill) std::memcpy(fiber->fill, fill, sizeof(T));
   fiber->argument = argument;
   fiber->combine = combine;
-  current_scheduler->yield(Wait::kSimd);
+  now.scheduler->yield(Wait::kSimd);
   T out;
   std::memcpy(static_cast<void*>(&out), fiber->result, sizeof(T));
   return out;

@@ -181,7 +181,7 @@ inline simd_vote simd_active_threads_mask() {
 }
 inline bool simd_is_first() {
   unsigned long active = shimkit_metal::simd_collective<unsigned long>(0ul, &simd_detail::active_mask);
-  return shimkit_metal::current_fiber->info.lane == uint(__builtin_ctzl(active));
+  return shimkit_metal::executing.fiber->info.lane == uint(__builtin_ctzl(active));
 }
 inline void simdgroup_barrier(mem_flags = mem_flags::mem_none) {
   shimkit_metal::simd_collective<unsigned long>(0ul, &simd_detail::active_mask);
