@@ -1,0 +1,95 @@
+"""FFTs of any length through ``kernel/fft.metal``, dispatched as the Mac would dispatch them, for complex
+values carried as real pairs (``[..., n, 2]``, ``torch.view_as_real``'s layout).
+
+>>> from shimkit.metal import compile_shader
+>>> x = torch.randn(3, 17, 2)                 # three rows of 17 complex values: a prime length
+>>> got = fft(compile_shader(FFT_SOURCE.read_text()), x, norm="ortho")
+>>> want = torch.view_as_real(torch.fft.fft(torch.view_as_complex(x), norm="ortho"))
+>>> torch.allclose(got, want, atol=1e-5)
+True
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+FFT_SOURCE = Path(__file__).resolve().parent / "kernel" / "fft.metal"
+RADICES = (8, 4, 2, 3, 5, 7, 11, 13)  # kernel/fft.metal's kMaxRadix is the largest
+NORMS = ("backward", "forward", "ortho")
+
+
+def radices(n: int) -> list[int] | None:
+    """The Stockham passes for length ``n`` (largest radices first), or ``None`` when a prime factor above
+    13 leaves it to Bluestein's algorithm."""
+    passes = []
+    for radix in RADICES:
+        while n % radix == 0 and n > 1:
+            passes.append(radix)
+            n //= radix
+    return passes if n == 1 else None
+
+
+def norm_scale(n: int, norm: str | None, inverse: bool) -> float:
+    """The factor ``torch.fft`` applies for ``norm`` on a transform of ``n`` points."""
+    norm = norm or "backward"
+    if norm not in NORMS:
+        raise ValueError(f"Invalid normalization mode: {norm!r} (expected one of {', '.join(NORMS)})")
+    if norm == "ortho":
+        return 1 / math.sqrt(n)
+    return 1 / n if (norm == "backward") == inverse else 1.0
+
+
+def fft(library, x: torch.Tensor, *, inverse: bool = False, norm: str | None = None) -> torch.Tensor:
+    """The discrete Fourier transform over the last complex dim of real pairs ``x`` (``[..., n, 2]``
+    float32), as ``torch.fft.fft`` (``ifft`` with ``inverse``) computes it, through ``library`` (the
+    compiled ``kernel/fft.metal``); a new tensor of ``x``'s shape."""
+    if x.dtype != torch.float32 or x.dim() < 2 or x.shape[-1] != 2:
+        raise ValueError(f"fft takes float32 real pairs [..., n, 2], got {x.dtype} of shape {list(x.shape)}")
+    n = x.shape[-2]
+    if n == 0:
+        raise ValueError("fft of 0 points: torch.fft requires at least one")
+    scale = norm_scale(n, norm, inverse)
+    rows = x.reshape(-1, n, 2).contiguous()
+    if rows.shape[0] == 0:
+        return x.new_empty(x.shape)
+    sign = 1 if inverse else -1
+    passes = radices(n)
+    out = _stockham(library, rows, passes, sign, scale) if passes is not None else \
+        _bluestein(library, rows, sign, scale)
+    return out.reshape(x.shape)
+
+
+def _stockham(library, rows: torch.Tensor, passes: list[int], sign: int, scale: float) -> torch.Tensor:
+    n = rows.shape[1]
+    if not passes:  # one point: the transform is the scale
+        return rows * scale
+    source, target = rows, torch.empty_like(rows)
+    done = 1
+    for index, radix in enumerate(passes):
+        last = index == len(passes) - 1
+        library.fft_stockham_pass(target, source, n, radix, done, sign, scale if last else 1.0,
+                                  threads=(n // radix, rows.shape[0]), group_size=(min(n // radix, 256), 1))
+        done *= radix
+        source, target = target, (torch.empty_like(rows) if source is rows else source)
+    return source
+
+
+def _bluestein(library, rows: torch.Tensor, sign: int, scale: float) -> torch.Tensor:
+    batch, n = rows.shape[:2]
+    m = 1 << (2 * n - 2).bit_length()  # the least power of two >= 2n - 1
+    power_of_two = radices(m)
+    group = (min(m, 256), 1)
+    chirped = torch.empty(batch, m, 2)
+    library.fft_bluestein_chirp(chirped, rows, n, m, sign, threads=(m, batch), group_size=group)
+    kernel = torch.empty(1, m, 2)
+    library.fft_bluestein_filter(kernel, n, m, sign, threads=m, group_size=min(m, 256))
+    spectrum = _stockham(library, chirped, power_of_two, -1, 1.0)
+    library.fft_bluestein_multiply(spectrum, _stockham(library, kernel, power_of_two, -1, 1.0), m,
+                                   threads=(m, batch), group_size=group)
+    convolved = _stockham(library, spectrum, power_of_two, 1, 1 / m)
+    out = torch.empty_like(rows)
+    library.fft_bluestein_finish(out, convolved, n, m, sign, scale, threads=(n, batch), group_size=(min(n, 256), 1))
+    return out
