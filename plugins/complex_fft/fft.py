@@ -81,6 +81,7 @@ def _bluestein(library, rows: torch.Tensor, sign: int, scale: float) -> torch.Te
     batch, n = rows.shape[:2]
     m = 1 << (2 * n - 2).bit_length()  # the least power of two >= 2n - 1
     power_of_two = radices(m)
+    assert power_of_two is not None  # a power of two is all radix 8, 4 and 2
     group = (min(m, 256), 1)
     chirped = torch.empty(batch, m, 2)
     library.fft_bluestein_chirp(chirped, rows, n, m, sign, threads=(m, batch), group_size=group)
