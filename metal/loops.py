@@ -19,7 +19,9 @@ the group's threads. In it,
   control flow both keep their meaning; ``return`` takes the thread out of every later region;
 * a statement with a simdgroup function (``acc = simd_sum(acc)``, ``if (simd_any(p))``) splits around its
   call: the call is evaluated for every thread, the lanes of each simdgroup combine, then the statement
-  runs with the results (``shimkit_metal/loops.h``, the COX treatment of warp functions).
+  runs with the results (``shimkit_metal/loops.h``, the COX treatment of warp functions). A call of
+  sync.h's own functions on plain operands is written directly: its operands go to per-thread arrays and
+  ``metal::lanes`` combines them, with no lane records and no second evaluation of the call.
 
 What it cannot split runs on cooperative fibers as before, and the kernel says why
 (:attr:`shimkit.metal.MetalKernel.execution` is ``"fibers"``, ``fibers_because`` the reason): a call to a
@@ -44,6 +46,12 @@ from typing import Callable
 BARRIERS = {"threadgroup_barrier", "simdgroup_barrier"}
 MAX_INLINE_DEPTH = 8
 TWO_COMBINES = {"simd_ballot", "simd_any", "simd_all"}  # sync.h functions with two simd_collective calls
+# sync.h's simdgroup functions that metal::lanes also has over per-thread arrays (called directly).
+DIRECT = {"simd_sum", "simd_product", "simd_min", "simd_max", "simd_and", "simd_or", "simd_xor",
+          "simd_prefix_inclusive_sum", "simd_prefix_exclusive_sum", "simd_prefix_inclusive_product",
+          "simd_prefix_exclusive_product", "simd_broadcast", "simd_broadcast_first", "simd_shuffle",
+          "simd_shuffle_down", "simd_shuffle_up", "simd_shuffle_xor", "simd_shuffle_rotate_down",
+          "simd_shuffle_rotate_up", "simd_ballot", "simd_any", "simd_all"}
 COLLECTIVE = re.compile(r"^(simd_\w+|quad_\w+)$")
 MAX_THREADS = "::shimkit_metal::kMaxGroupThreads"
 ASSIGNMENTS = {"=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--"}
@@ -546,6 +554,10 @@ class _GroupWriter:
         for call in outermost:
             if any(t.spelling in ASSIGNMENTS for t in call.get_tokens()):
                 raise Unsplittable(f"line {line}: a simdgroup function call whose operands assign")
+        if len(outermost) == 1:
+            direct = self._direct(mask, outermost[0], code)
+            if direct is not None:
+                return direct
         calls = [self._code_of_expression(call) for call in outermost]
         names = [self._fresh("c") for _ in outermost]
         saved = self.replacing
@@ -557,6 +569,38 @@ class _GroupWriter:
         values = " ".join(f"auto {name} = {call};" for name, call in zip(names, calls))
         return self._collective(mask, ", ".join(f"(void)({call})" for call in calls), f"{values} {statement}",
                                 self._reaches(outermost))
+
+    def _direct(self, mask: str, call, code: Callable[[], str]) -> str | None:
+        """A call of one of sync.h's simdgroup functions whose operands reach none: a region evaluates the
+        operands into per-thread arrays, each simdgroup combines them (``metal::lanes``, the combine the
+        fibers use), and the statement reads the result, instead of evaluating the call through lane
+        records twice. None where that does not apply (the statement then splits as a collective)."""
+        declared = call.referenced
+        name = _callee_name(call)
+        if (name not in DIRECT or declared is None or declared.location.file is None
+                or not declared.location.file.name.endswith("sync.h")):
+            return None
+        parameters, arguments = _parameters(declared), list(call.get_arguments())
+        if len(parameters) != len(arguments) or any(self._splits(argument) for argument in arguments):
+            return None
+        types = [_nameable(parameter.type) for parameter in parameters] + [_nameable(declared.result_type)]
+        if any(t is None for t in types):
+            return None
+        operands = [self._fresh("o") for _ in arguments]
+        result = self._fresh("c")
+        evaluate = self._region(mask, " ".join(f"{operand}[shimkit_t] = ({self._code_of_expression(argument)});"
+                                               for operand, argument in zip(operands, arguments)))
+        saved = self.replacing
+        self.replacing = [*saved, (self.src.start(call), self.src.end(call), f"{result}[shimkit_t]")]
+        try:
+            statement = code()
+        finally:
+            self.replacing = saved
+        storage = " ".join(f"std::remove_cv_t<{t}> {n}[{MAX_THREADS}];" for t, n in zip(types, [*operands, result]))
+        pointers = ", ".join(f"{n} + shimkit_first" for n in [result, *operands])
+        combine = (f"shimkit_g.lanes({mask}, [&](const bool* shimkit_on, unsigned shimkit_first) {{ "
+                   f"::metal::lanes::{name}(shimkit_on, {pointers}); }});")
+        return f"{{ {storage} {evaluate} {combine} {self._region(mask, statement)} }}"
 
     def _reaches(self, calls: list) -> int:
         """At most how many combines evaluating ``calls`` reaches, when each call in them is one of
@@ -932,6 +976,15 @@ class _GroupWriter:
             elif at < close:
                 step = child
         return init, condition, step, body
+
+
+def _nameable(type_) -> str | None:
+    """A callee's parameter or result type as C++ that names it where the call is (its canonical form),
+    or None where it depends on the callee's template parameters."""
+    spelled = type_.get_canonical().spelling
+    if any(word in spelled for word in ("type-parameter", "auto", "dependent", "(lambda", "(anonymous", "(unnamed")):
+        return None
+    return spelled
 
 
 def _msl_line(source: bytes, offset: int) -> int:

@@ -26,7 +26,11 @@ SIMD_CALLS = ["simd_sum(mine)", "simd_max(mine)", "simd_min(mine)", "simd_prefix
               "simd_prefix_inclusive_sum(mine)", "simd_broadcast_first(mine)", "simd_shuffle_xor(mine, 1)",
               "simd_shuffle_down(mine, 3)", "simd_shuffle_up(mine, 2)", "simd_broadcast(mine, 5)",
               "simd_product(mine | 1u)", "(simd_any(mine % 5u == 0u) ? 7u : 1u)",
-              "(simd_all(mine > 3u) ? 11u : 2u)", "(simd_ballot((mine & 1u) != 0u).any() ? 3u : 4u)"]
+              "(simd_all(mine > 3u) ? 11u : 2u)", "(simd_ballot((mine & 1u) != 0u).any() ? 3u : 4u)",
+              "simd_shuffle(mine, lane ^ 4u)", "simd_shuffle_rotate_down(mine, 5)", "simd_shuffle_rotate_up(mine, 7)",
+              "simd_and(mine | 256u)", "simd_or(mine & 255u)", "simd_xor(mine)"]
+# A program's kernels share the prelude; each gets its own name.
+PRELUDE, _, SIGNATURE = HEADER.partition("kernel void generated")
 
 
 @st.composite
@@ -76,10 +80,9 @@ PROGRAMS_PER_EXAMPLE = 4
 def test_generated_barrier_kernels_split_into_loops_compute_what_fibers_compute(programs, group, groups, partial,
                                                                                seed):
     # Every program ends with a simdgroup function, so that each one is cooperative.
-    kernels = [HEADER.replace("kernel void generated", f"kernel void generated{k}").split("using namespace metal;")[1]
-               + "\n".join("  " + line for line in lines) + "\n  out[i] = mine + simd_sum(mine);\n}\n"
-               for k, (lines, _) in enumerate(programs)]
-    source = HEADER.split("kernel void")[0] + "".join(kernels)
+    kernels = [f"kernel void generated{k}{SIGNATURE}" + "\n".join("  " + line for line in lines)
+               + "\n  out[i] = mine + simd_sum(mine);\n}\n" for k, (lines, _) in enumerate(programs)]
+    source = PRELUDE + "".join(kernels)
     split_library = ShaderLibrary(source)
     fibers_library = ShaderLibrary(source, split_barriers=False)
     threads = group * groups + partial % group

@@ -3,7 +3,12 @@
 // WorkitemLoops, MCUDA, COX). Variables live across a split are per-thread arrays in the generated group
 // function; this header holds what the generated code calls.
 //
-// A simdgroup function is a split point whose result every lane needs at once. The region before it
+// A simdgroup function is a split point whose result every lane needs at once. Where the call is one of
+// sync.h's own on operands that reach no other (`acc = simd_sum(acc)`: nearly every call), the region
+// before it evaluates the operands into per-thread arrays, `lanes` runs the combine once per simdgroup
+// over them (metal::lanes, the fibers' combine code) and the statement reads the results: no lane
+// records, no second evaluation. Any other call (a function of the source that reaches simdgroup
+// functions and cannot be inlined, several calls in one statement) goes the general way: the region before it
 // evaluates the call once per thread in *record* mode: the first simdgroup function the call reaches
 // stores its operand in the thread's lane record (a `Fiber`, the record the fiber scheduler uses) and the
 // rest of the call runs on a placeholder. The recorded combine then runs once per simdgroup over the lanes
@@ -106,6 +111,23 @@ class LoopGroup {
       combine(mask);
     }
     region(mask, statement, LoopMode::kReplay);
+  }
+
+  // A simdgroup function called directly (metal::lanes): its operands are per-thread arrays, evaluated
+  // by the region before; `combine(on, first)` runs once per simdgroup with a lane, `on` its active lanes
+  // and `first` its first thread. No lane records, no re-evaluation.
+  template <class Combine>
+  void lanes(const bool* mask, Combine&& combine) const {
+    for (uint first = 0; first < count_; first += kSimdWidth) {
+      bool on[kSimdWidth];
+      bool any = false;
+      for (uint i = 0; i < kSimdWidth; ++i) {
+        const uint t = first + i;
+        on[i] = t < count_ && mask[t] && alive[t];
+        any |= on[i];
+      }
+      if (any) combine(on, first);
+    }
   }
 
   bool any(const bool* mask) const {

@@ -16,50 +16,63 @@ using shimkit_metal::kSimdWidth;
 using shimkit_metal::lane_value;
 using shimkit_metal::set_result;
 
-template <class T, class Op> void reduce(Fiber** lanes) {
+// Where a combine finds its lanes: the records of fibers waiting at the call (null: an inactive lane), or
+// the per-thread arrays of a split kernel (loops.h). One combine serves both, so they give the same bits.
+struct FiberLanes {
+  Fiber** lanes;
+  bool active(uint i) const { return lanes[i] != nullptr; }
+  template <class T> T value(uint i) const { return lane_value<T>(lanes[i]); }
+  long argument(uint i) const { return lanes[i]->argument; }
+  template <class T> void set(uint i, const T& v) const { set_result(lanes[i], v); }
+};
+template <class V, class A = long> struct ArrayLanes {
+  const bool* on;
+  V* results;
+  const V* values;
+  const A* arguments = nullptr;
+  bool active(uint i) const { return on[i]; }
+  template <class T> T value(uint i) const { return values[i]; }
+  long argument(uint i) const { return long(arguments[i]); }
+  template <class T> void set(uint i, const T& v) const { results[i] = v; }
+};
+
+template <class T, class Op, class Lanes> void reduce_lanes(const Lanes& lanes) {
   bool have = false;
   T acc{};
   for (uint i = 0; i < kSimdWidth; ++i) {
-    if (!lanes[i]) continue;
-    T v = lane_value<T>(lanes[i]);
+    if (!lanes.active(i)) continue;
+    T v = lanes.template value<T>(i);
     acc = have ? Op()(acc, v) : v;
     have = true;
   }
   for (uint i = 0; i < kSimdWidth; ++i)
-    if (lanes[i]) set_result(lanes[i], acc);
+    if (lanes.active(i)) lanes.set(i, acc);
 }
-template <class T, class Op, bool Inclusive> void prefix(Fiber** lanes, T identity) {
+template <class T, class Op, bool Inclusive, class Lanes> void prefix_lanes(const Lanes& lanes, T identity) {
   T acc = identity;
   for (uint i = 0; i < kSimdWidth; ++i) {
-    if (!lanes[i]) continue;
-    T v = lane_value<T>(lanes[i]);
+    if (!lanes.active(i)) continue;
+    T v = lanes.template value<T>(i);
     if (Inclusive) acc = Op()(acc, v);
-    set_result(lanes[i], acc);
+    lanes.set(i, acc);
     if (!Inclusive) acc = Op()(acc, v);
   }
 }
-template <class T> void broadcast(Fiber** lanes) {
-  for (uint i = 0; i < kSimdWidth; ++i) {
-    if (!lanes[i]) continue;
-    const long from = lanes[i]->argument;
-    const Fiber* source = (from >= 0 && from < long(kSimdWidth) && lanes[from]) ? lanes[from] : lanes[i];
-    set_result(lanes[i], lane_value<T>(source));
-  }
-}
-template <class T> void broadcast_first(Fiber** lanes) {
-  const Fiber* first = nullptr;
-  for (uint i = 0; i < kSimdWidth && !first; ++i) first = lanes[i];
-  for (uint i = 0; i < kSimdWidth; ++i)
-    if (lanes[i]) set_result(lanes[i], lane_value<T>(first));
-}
 // Lane i reads lane source(i, argument); an inactive or out-of-range source leaves the value unchanged.
-template <class T, long (*Source)(long, long)> void shuffle(Fiber** lanes) {
+template <class T, long (*Source)(long, long), class Lanes> void shuffle_lanes(const Lanes& lanes) {
   for (uint i = 0; i < kSimdWidth; ++i) {
-    if (!lanes[i]) continue;
-    const long from = Source(long(i), lanes[i]->argument);
-    const Fiber* source = (from >= 0 && from < long(kSimdWidth) && lanes[from]) ? lanes[from] : lanes[i];
-    set_result(lanes[i], lane_value<T>(source));
+    if (!lanes.active(i)) continue;
+    const long from = Source(long(i), lanes.argument(i));
+    lanes.set(i, lanes.template value<T>(from >= 0 && from < long(kSimdWidth) && lanes.active(uint(from)) ? uint(from) : i));
   }
+}
+template <class T, class Lanes> void broadcast_first_lanes(const Lanes& lanes) {
+  uint first = 0;
+  while (first < kSimdWidth && !lanes.active(first)) ++first;
+  if (first == kSimdWidth) return;
+  const T v = lanes.template value<T>(first);
+  for (uint i = 0; i < kSimdWidth; ++i)
+    if (lanes.active(i)) lanes.set(i, v);
 }
 inline long source_at(long, long a) { return a; }
 inline long source_down(long i, long a) { return i + a; }
@@ -67,6 +80,14 @@ inline long source_up(long i, long a) { return i - a; }
 inline long source_xor(long i, long a) { return i ^ a; }
 inline long source_rotate_down(long i, long a) { return (i + a) % long(kSimdWidth); }
 inline long source_rotate_up(long i, long a) { return ((i - a) % long(kSimdWidth) + long(kSimdWidth)) % long(kSimdWidth); }
+
+template <class T, class Op> void reduce(Fiber** lanes) { reduce_lanes<T, Op>(FiberLanes{lanes}); }
+template <class T, class Op, bool Inclusive> void prefix(Fiber** lanes, T identity) {
+  prefix_lanes<T, Op, Inclusive>(FiberLanes{lanes}, identity);
+}
+template <class T> void broadcast(Fiber** lanes) { shuffle_lanes<T, &source_at>(FiberLanes{lanes}); }
+template <class T> void broadcast_first(Fiber** lanes) { broadcast_first_lanes<T>(FiberLanes{lanes}); }
+template <class T, long (*Source)(long, long)> void shuffle(Fiber** lanes) { shuffle_lanes<T, Source>(FiberLanes{lanes}); }
 
 // and_fill: within segments of `modulo` lanes (argument = delta | modulo << 16), lanes shifted past the
 // segment's end (down) or start (up) read the fill value of the lane that far into the segment.
@@ -186,6 +207,73 @@ inline bool simd_is_first() {
 inline void simdgroup_barrier(mem_flags = mem_flags::mem_none) {
   shimkit_metal::simd_collective<unsigned long>(0ul, &simd_detail::active_mask);
 }
+
+// The simdgroup functions a split kernel calls directly (metal/loops.py, LoopGroup::lanes): one
+// simdgroup's per-thread arrays, `on` its active lanes, `out` and each operand its 32 lanes' slots.
+namespace lanes {
+using simd_detail::ArrayLanes;
+#define SHIMKIT_LANES_REDUCE(name, op)                                                              \
+  template <class T> inline void name(const bool* on, T* out, const T* v) {                        \
+    simd_detail::reduce_lanes<T, simd_detail::op>(ArrayLanes<T>{on, out, v});                       \
+  }
+SHIMKIT_LANES_REDUCE(simd_sum, plus)
+SHIMKIT_LANES_REDUCE(simd_product, times)
+SHIMKIT_LANES_REDUCE(simd_min, minimum)
+SHIMKIT_LANES_REDUCE(simd_max, maximum)
+SHIMKIT_LANES_REDUCE(simd_and, bit_and)
+SHIMKIT_LANES_REDUCE(simd_or, bit_or)
+SHIMKIT_LANES_REDUCE(simd_xor, bit_xor)
+#undef SHIMKIT_LANES_REDUCE
+#define SHIMKIT_LANES_PREFIX(name, op, inclusive, identity)                                          \
+  template <class T> inline void name(const bool* on, T* out, const T* v) {                        \
+    simd_detail::prefix_lanes<T, simd_detail::op, inclusive>(ArrayLanes<T>{on, out, v}, T(identity)); \
+  }
+SHIMKIT_LANES_PREFIX(simd_prefix_inclusive_sum, plus, true, 0)
+SHIMKIT_LANES_PREFIX(simd_prefix_exclusive_sum, plus, false, 0)
+SHIMKIT_LANES_PREFIX(simd_prefix_inclusive_product, times, true, 1)
+SHIMKIT_LANES_PREFIX(simd_prefix_exclusive_product, times, false, 1)
+#undef SHIMKIT_LANES_PREFIX
+#define SHIMKIT_LANES_SHUFFLE(name, source)                                                         \
+  template <class T, class A> inline void name(const bool* on, T* out, const T* v, const A* a) {   \
+    simd_detail::shuffle_lanes<T, &simd_detail::source>(ArrayLanes<T, A>{on, out, v, a});           \
+  }
+SHIMKIT_LANES_SHUFFLE(simd_broadcast, source_at)
+SHIMKIT_LANES_SHUFFLE(simd_shuffle, source_at)
+SHIMKIT_LANES_SHUFFLE(simd_shuffle_down, source_down)
+SHIMKIT_LANES_SHUFFLE(simd_shuffle_up, source_up)
+SHIMKIT_LANES_SHUFFLE(simd_shuffle_xor, source_xor)
+SHIMKIT_LANES_SHUFFLE(simd_shuffle_rotate_down, source_rotate_down)
+SHIMKIT_LANES_SHUFFLE(simd_shuffle_rotate_up, source_rotate_up)
+#undef SHIMKIT_LANES_SHUFFLE
+template <class T> inline void simd_broadcast_first(const bool* on, T* out, const T* v) {
+  simd_detail::broadcast_first_lanes<T>(ArrayLanes<T>{on, out, v});
+}
+inline void simd_ballot(const bool* on, simd_vote* out, const bool* predicate) {
+  unsigned long bits = 0, active = 0;
+  for (uint i = 0; i < shimkit_metal::kSimdWidth; ++i) {
+    if (!on[i]) continue;
+    active |= 1ul << i;
+    if (predicate[i]) bits |= 1ul << i;
+  }
+  for (uint i = 0; i < shimkit_metal::kSimdWidth; ++i) {
+    if (!on[i]) continue;
+    out[i] = simd_vote(bits);
+    out[i].active = active;
+  }
+}
+inline void simd_any(const bool* on, bool* out, const bool* predicate) {
+  simd_vote votes[shimkit_metal::kSimdWidth];
+  simd_ballot(on, votes, predicate);
+  for (uint i = 0; i < shimkit_metal::kSimdWidth; ++i)
+    if (on[i]) out[i] = votes[i].any();
+}
+inline void simd_all(const bool* on, bool* out, const bool* predicate) {
+  simd_vote votes[shimkit_metal::kSimdWidth];
+  simd_ballot(on, votes, predicate);
+  for (uint i = 0; i < shimkit_metal::kSimdWidth; ++i)
+    if (on[i]) out[i] = votes[i].all();
+}
+}  // namespace lanes
 
 // ---- atomics ----
 enum memory_order { memory_order_relaxed = __ATOMIC_RELAXED, memory_order_seq_cst = __ATOMIC_SEQ_CST };
