@@ -546,18 +546,11 @@ class _GroupWriter:
         splits = self._splits(cursor)
         if not splits:
             return self._region(mask, code())
-        line = self._line(cursor)
-        if any(self.reach.kind(c) in ("barrier", "inline") for c in splits):
-            raise Unsplittable(f"line {line}: a barrier inside an expression")
-        outermost = sorted((c for c in splits if not any(c is not o and _inside(c, o) for o in splits)),
-                           key=lambda c: c.extent.start.offset)
-        for call in outermost:
-            if any(t.spelling in ASSIGNMENTS for t in call.get_tokens()):
-                raise Unsplittable(f"line {line}: a simdgroup function call whose operands assign")
-        if len(outermost) == 1:
-            direct = self._direct(mask, outermost[0], code)
-            if direct is not None:
-                return direct
+        outermost = self._outermost(cursor, splits)
+        direct = self._direct(mask, outermost, code)
+        if direct is not None:
+            storage, operands, combine, statement = direct
+            return f"{{ {storage} {self._region(mask, operands)} {combine} {self._region(mask, statement)} }}"
         calls = [self._code_of_expression(call) for call in outermost]
         names = [self._fresh("c") for _ in outermost]
         saved = self.replacing
@@ -570,11 +563,27 @@ class _GroupWriter:
         return self._collective(mask, ", ".join(f"(void)({call})" for call in calls), f"{values} {statement}",
                                 self._reaches(outermost))
 
-    def _direct(self, mask: str, call, code: Callable[[], str]) -> str | None:
-        """A call of one of sync.h's simdgroup functions whose operands reach none: a region evaluates the
-        operands into per-thread arrays, each simdgroup combines them (``metal::lanes``, the combine the
-        fibers use), and the statement reads the result, instead of evaluating the call through lane
-        records twice. None where that does not apply (the statement then splits as a collective)."""
+    def _outermost(self, cursor, splits: list) -> list:
+        """The simdgroup calls of an expression that no other contains, left to right."""
+        line = self._line(cursor)
+        if any(self.reach.kind(c) in ("barrier", "inline") for c in splits):
+            raise Unsplittable(f"line {line}: a barrier inside an expression")
+        outermost = sorted((c for c in splits if not any(c is not o and _inside(c, o) for o in splits)),
+                           key=lambda c: c.extent.start.offset)
+        for call in outermost:
+            if any(t.spelling in ASSIGNMENTS for t in call.get_tokens()):
+                raise Unsplittable(f"line {line}: a simdgroup function call whose operands assign")
+        return outermost
+
+    def _direct(self, mask: str, outermost: list, code: Callable[[], str]) -> tuple[str, str, str, str] | None:
+        """One call of sync.h's simdgroup functions whose operands reach none: the operands are evaluated
+        into per-thread arrays, each simdgroup combines them (``metal::lanes``, the combine the fibers
+        use), and the statement reads the result, instead of evaluating the call through lane records
+        twice. Returns the arrays' declarations, the operands' per-thread assignments, the combine and the
+        statement; None where that does not apply (the statement then splits as a collective)."""
+        if len(outermost) != 1:
+            return None
+        call = outermost[0]
         declared = call.referenced
         name = _callee_name(call)
         if (name not in DIRECT or declared is None or declared.location.file is None
@@ -588,8 +597,8 @@ class _GroupWriter:
             return None
         operands = [self._fresh("o") for _ in arguments]
         result = self._fresh("c")
-        evaluate = self._region(mask, " ".join(f"{operand}[shimkit_t] = ({self._code_of_expression(argument)});"
-                                               for operand, argument in zip(operands, arguments)))
+        evaluate = " ".join(f"{operand}[shimkit_t] = ({self._code_of_expression(argument)});"
+                            for operand, argument in zip(operands, arguments))
         saved = self.replacing
         self.replacing = [*saved, (self.src.start(call), self.src.end(call), f"{result}[shimkit_t]")]
         try:
@@ -600,7 +609,7 @@ class _GroupWriter:
         pointers = ", ".join(f"{n} + shimkit_first" for n in [result, *operands])
         combine = (f"shimkit_g.lanes({mask}, [&](const bool* shimkit_on, unsigned shimkit_first) {{ "
                    f"::metal::lanes::{name}(shimkit_on, {pointers}); }});")
-        return f"{{ {storage} {evaluate} {combine} {self._region(mask, statement)} }}"
+        return storage, evaluate, combine, statement
 
     def _reaches(self, calls: list) -> int:
         """At most how many combines evaluating ``calls`` reaches, when each call in them is one of
@@ -656,17 +665,22 @@ class _GroupWriter:
                 self.replacing = saved
             return
         if kind == "DECL_STMT":
-            if splits:
+            if not splits:
+                pending.append(self._declaration(statement) or "")
+            elif not self._split_directly(statement, splits, mask, out, pending, flush,
+                                          lambda: self._declaration(statement) or ""):
                 flush()
                 out.append(self._evaluate(mask, statement, lambda: self._declaration(statement) or ""))
-            else:
-                pending.append(self._declaration(statement) or "")
             return
         if not splits:
             if kind in ("BREAK_STMT", "CONTINUE_STMT") and self.loop_depth:
                 raise Unsplittable(f"line {self._line(statement)}: {kind.split('_')[0].lower()} "
                                    f"in a loop with a barrier")
             pending.append(self._code(statement))
+            return
+        expression = kind.endswith("_EXPR") or kind.endswith("_OPERATOR") or kind == "RETURN_STMT"
+        if expression and not (kind == "CALL_EXPR" and self.reach.kind(statement) == "barrier") and \
+                self._split_directly(statement, splits, mask, out, pending, flush, lambda: self._code(statement)):
             return
         flush()
         if kind == "COMPOUND_STMT":
@@ -682,6 +696,22 @@ class _GroupWriter:
         else:
             raise Unsplittable(f"line {self._line(statement)}: a barrier or simdgroup function "
                                f"inside {kind.lower().replace('_stmt', '')}")
+
+    def _split_directly(self, statement, splits: list, mask: str, out: list[str], pending: list[str],
+                        flush: Callable[[], None], code: Callable[[], str]) -> bool:
+        """A statement split at a direct simdgroup call (``_direct``) shares its regions: its operands are
+        evaluated with the statements before it, and it runs with those after (no thread waits for
+        another between two split points)."""
+        direct = self._direct(mask, self._outermost(statement, splits), code)
+        if direct is None:
+            return False
+        storage, operands, combine, evaluated = direct
+        self.declared.append(storage)
+        pending.append(operands)
+        flush()
+        out.append(combine)
+        pending.append(evaluated)
+        return True
 
     # ---- inlining ----
 
