@@ -162,7 +162,7 @@ def _translation(source: str, split_barriers: bool = True) -> Translation:
         return translate(_preprocess(_compiler(), embed_headers(source, TORCH_INCLUDE), source))
     translation = _translation(source, False)
     cooperative = {_qualified(k.function): k.parameters for k in translation.kernels.values() if k.cooperative}
-    split = split_kernels(translation.text, cooperative, INCLUDE_DIR, build_dir() / "metal" / "loops")
+    split = split_kernels(translation.text, cooperative, INCLUDE_DIR, build_dir() / "metal" / "loops", tuple(_compiler()))
     kernels = {}
     for name, kernel in translation.kernels.items():
         qualified = _qualified(kernel.function)

@@ -84,11 +84,13 @@ def group_function(function: str) -> str:
     return f"{head}{SPLIT_SUFFIX}{angle}{tail}"
 
 
-def split_kernels(text: str, kernels: dict, include_dir: Path, cache_dir: Path | None) -> Split:
+def split_kernels(text: str, kernels: dict, include_dir: Path, cache_dir: Path | None,
+                  compiler: tuple[str, ...] = ("c++",)) -> Split:
     """Writes a group function for each cooperative kernel of the translated ``text`` that can be split.
 
     ``kernels`` maps each kernel's qualified function name (``ns::f``, no template arguments) to its
-    parameters (``frontend.Parameter``). The result is cached in ``cache_dir`` by a digest of the text."""
+    parameters (``frontend.Parameter``); Clang parses the text with ``compiler``'s own headers (its
+    ``-print-file-name=include``) on the path. The result is cached in ``cache_dir`` by a digest of the text."""
     if not kernels:
         return Split(text)
     key = hashlib.sha256("\0".join([FORMAT, _headers_digest(include_dir), text, repr(sorted(
@@ -97,7 +99,7 @@ def split_kernels(text: str, kernels: dict, include_dir: Path, cache_dir: Path |
     if path is not None and path.exists():
         saved = json.loads(path.read_text())
         return Split(saved["text"], set(saved["split"]), saved["reasons"])
-    result = _split(text, kernels, include_dir)
+    result = _split(text, kernels, include_dir, compiler)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{id(result)}.tmp")
@@ -117,8 +119,8 @@ def _headers_digest(include_dir: Path) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _system_include() -> str:
-    done = subprocess.run(["g++", "-print-file-name=include"], capture_output=True, text=True)
+def _system_include(compiler: tuple[str, ...]) -> str:
+    done = subprocess.run([*compiler, "-print-file-name=include"], capture_output=True, text=True)
     return done.stdout.strip()
 
 
@@ -150,7 +152,7 @@ class _Source:
         return self.offset(cursor.extent.end.offset)
 
 
-def _split(text: str, kernels: dict, include_dir: Path) -> Split:
+def _split(text: str, kernels: dict, include_dir: Path, compiler: tuple[str, ...]) -> Split:
     try:
         from clang import cindex
     except ImportError:
@@ -158,8 +160,9 @@ def _split(text: str, kernels: dict, include_dir: Path) -> Split:
     prefix = '#include "metal_stdlib"\n'
     source = _Source((prefix + text).encode())
     args = ["-x", "c++", "-std=c++20", f"-I{include_dir}"]
-    if _system_include():
-        args += ["-isystem", _system_include()]
+    system_include = _system_include(compiler)
+    if system_include:
+        args += ["-isystem", system_include]
     unit = cindex.Index.create().parse("kernel.cpp", args=args, unsaved_files=[("kernel.cpp", source.parsed)])
     errors = [d for d in unit.diagnostics if d.severity >= cindex.Diagnostic.Error and d.location.file is not None
               and d.location.file.name == "kernel.cpp"]
@@ -654,8 +657,7 @@ class _GroupWriter:
             inline = [c for c in splits if self._inlinable_collective(statement, c, splits)]
         if inline:
             call = self._inline_call(statement, inline, splits)
-            flush()
-            result = self._inline(call, mask, out)
+            result = self._inline(call, mask, out, pending, flush)
             saved = self.replacing
             self.replacing = [*saved, (self.src.start(call), self.src.end(call),
                                        f"{result}[shimkit_t]" if result else "(void)0")]
@@ -678,6 +680,9 @@ class _GroupWriter:
                                    f"in a loop with a barrier")
             pending.append(self._code(statement))
             return
+        if kind == "IF_STMT":
+            self._if(statement, mask, out, pending, flush)
+            return
         expression = kind.endswith("_EXPR") or kind.endswith("_OPERATOR") or kind == "RETURN_STMT"
         if expression and not (kind == "CALL_EXPR" and self.reach.kind(statement) == "barrier") and \
                 self._split_directly(statement, splits, mask, out, pending, flush, lambda: self._code(statement)):
@@ -685,8 +690,6 @@ class _GroupWriter:
         flush()
         if kind == "COMPOUND_STMT":
             out.append(self._scoped(list(statement.get_children()), mask))
-        elif kind == "IF_STMT":
-            out.append(self._if(statement, mask))
         elif kind in LOOPS:
             out.append(self._loop(statement, mask))
         elif kind.endswith("_EXPR") or kind.endswith("_OPERATOR") or kind == "RETURN_STMT":
@@ -747,10 +750,11 @@ class _GroupWriter:
                 raise Unsplittable(f"line {line}: a call to {_callee_name(call)}, which reaches a barrier, under ?:")
         return call
 
-    def _inline(self, call, mask: str, out: list[str]) -> str | None:
+    def _inline(self, call, mask: str, out: list[str], pending: list[str], flush: Callable[[], None]) -> str | None:
         """Writes the body of the function ``call`` calls at group level; returns the per-thread array of
         its results (None for void). The body is the instantiation Clang made for this call, so its
-        variables have their types; its names are qualified, as they are looked up where it is written."""
+        variables have their types; its names are qualified, as they are looked up where it is written.
+        Its arguments are evaluated in one region with the caller's statements before the call."""
         name, line = _callee_name(call), self._line(call)
         declared = call.referenced
         if len(self.inlined) >= MAX_INLINE_DEPTH:
@@ -770,7 +774,8 @@ class _GroupWriter:
         result_type = definition.result_type.get_canonical()
         result = None if _kind(result_type) == "VOID" else self._fresh("r")
         returned, inner = self._fresh("x"), self._fresh("m")
-        parts = [f"std::remove_cv_t<{result_type.spelling}> {result}[{MAX_THREADS}];" if result else "", "{"]
+        storage = [f"std::remove_cv_t<{result_type.spelling}> {result}[{MAX_THREADS}];" if result else ""]
+        parts = ["{"]
         pattern = cindex.conf.lib.clang_getSpecializedCursorTemplate(definition)
         if pattern is not None and _kind(pattern) == "FUNCTION_TEMPLATE":
             names = [c.spelling for c in pattern.get_children()
@@ -798,14 +803,16 @@ class _GroupWriter:
                 declared_type = declared_type.get_pointee()
             if self._splits(argument):
                 raise Unsplittable(f"line {line}: an argument of {name} has a barrier or simdgroup function")
-            storage = self._fresh("a")
-            parts.append(f"std::remove_cv_t<{declared_type.spelling}> {storage}[{MAX_THREADS}];")
-            assignments.append(f"{storage}[shimkit_t] = ({self._code_of_expression(argument)});")
+            array = self._fresh("a")
+            storage.append(f"std::remove_cv_t<{declared_type.spelling}> {array}[{MAX_THREADS}];")
+            assignments.append(f"{array}[shimkit_t] = ({self._code_of_expression(argument)});")
             if parameter.spelling:
-                bound.append((parameter.spelling, storage))
+                bound.append((parameter.spelling, array))
+        out.append(" ".join(a for a in storage if a))
+        pending.append(" ".join(assignments))
+        flush()
         parts.append(f"bool {returned}[{MAX_THREADS}]; bool {inner}[{MAX_THREADS}]; "
                      f"for (unsigned t = 0; t < shimkit_count; ++t) {{ {returned}[t] = false; {inner}[t] = {mask}[t]; }}")
-        parts.append(self._region(mask, " ".join(assignments)))
         self._qualify(_body(definition))
         if pattern is not None and _kind(pattern) == "FUNCTION_TEMPLATE" and _body(pattern) is not None:
             self._qualify(_body(pattern))  # the instantiation leaves out some type sugar (opmath_t<T>)
@@ -901,7 +908,7 @@ class _GroupWriter:
                 else f"for (unsigned t = 0; t < shimkit_count; ++t) {name}[t] = false;")
         return name, f"bool {name}[{MAX_THREADS}]; {fill}"
 
-    def _if(self, statement, mask: str) -> str:
+    def _if(self, statement, mask: str, out: list[str], pending: list[str], flush: Callable[[], None]) -> None:
         children = list(statement.get_children())
         if any(_kind(c) == "DECL_STMT" or _kind(c) == "VAR_DECL" for c in children[:-1]) or \
                 len(children) not in (2, 3):
@@ -913,12 +920,18 @@ class _GroupWriter:
         def set_masks() -> str:
             return (f"{{ const bool shimkit_c = static_cast<bool>({self._code_of_expression(condition)}); "
                     f"{taken}[shimkit_t] = shimkit_c; {other}[shimkit_t] = !shimkit_c; }}")
-        parts = ["{", declare_taken, declare_other, self._evaluate(mask, condition, set_masks),
-                 self._branch(then, taken)]
+        if self._splits(condition):
+            flush()
+            out.append(" ".join(["{", declare_taken, declare_other, self._evaluate(mask, condition, set_masks)]))
+        else:  # the condition is evaluated with the statements before the if
+            pending.append(set_masks())
+            out.append(" ".join(["{", declare_taken, declare_other]))
+            flush()
+        parts = [self._branch(then, taken)]
         if orelse is not None:
             parts.append(self._branch(orelse, other))
         parts.append("}")
-        return " ".join(parts)
+        out.append(" ".join(parts))
 
     def _branch(self, statement, mask: str) -> str:
         if _kind(statement) == "COMPOUND_STMT":

@@ -11,6 +11,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
@@ -85,12 +86,21 @@ def _bluestein(library, rows: torch.Tensor, sign: int, scale: float) -> torch.Te
     group = (min(m, 256), 1)
     chirped = torch.empty(batch, m, 2)
     library.fft_bluestein_chirp(chirped, rows, n, m, sign, threads=(m, batch), group_size=group)
-    kernel = torch.empty(1, m, 2)
-    library.fft_bluestein_filter(kernel, n, m, sign, threads=m, group_size=min(m, 256))
     spectrum = _stockham(library, chirped, power_of_two, -1, 1.0)
-    library.fft_bluestein_multiply(spectrum, _stockham(library, kernel, power_of_two, -1, 1.0), m,
+    library.fft_bluestein_multiply(spectrum, _bluestein_filter(library, n, m, sign), m,
                                    threads=(m, batch), group_size=group)
     convolved = _stockham(library, spectrum, power_of_two, 1, 1 / m)
     out = torch.empty_like(rows)
     library.fft_bluestein_finish(out, convolved, n, m, sign, scale, threads=(n, batch), group_size=(min(n, 256), 1))
     return out
+
+
+@functools.lru_cache(maxsize=32)
+def _bluestein_filter(library, n: int, m: int, sign: int) -> torch.Tensor:
+    """The spectrum of Bluestein's chirp filter: it depends only on the length and the direction, so each
+    library computes it once per (n, sign). Read only (the multiply writes its other operand)."""
+    power_of_two = radices(m)
+    assert power_of_two is not None
+    kernel = torch.empty(1, m, 2)
+    library.fft_bluestein_filter(kernel, n, m, sign, threads=m, group_size=min(m, 256))
+    return _stockham(library, kernel, power_of_two, -1, 1.0)

@@ -64,7 +64,7 @@ struct LaneReplay;
 enum class LoopMode { kOff, kRecord, kReplay };
 
 // What the worker thread is running, in one thread_local: a shared library reaches its thread_locals
-// through a TLS descriptor call, so a simdgroup function takes the address once and a split group keeps it.
+// through a call of __tls_get_addr, so a simdgroup function takes the address once and a split group keeps it.
 struct Executing {
   Scheduler* scheduler = nullptr;  // the fiber scheduler of the group, when it runs on fibers
   Fiber* fiber = nullptr;          // the running fiber, or the lane record of the running split thread
