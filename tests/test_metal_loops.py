@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shimkit.metal.library import MetalRaceError, ShaderLibrary
+from shimkit.metal.library import MetalRaceError, ShaderLibrary, compile_library
 
 HEADER = """
 #include <metal_stdlib>
@@ -120,6 +120,24 @@ def test_a_tree_reduction_splits_and_its_threadgroup_memory_is_measured():
     lib.fixed(out, values, threads=64, group_size=64)
     lanes = values.view(2, 32).sum(1).repeat_interleave(32)
     assert torch.equal(out, values.sum() + lanes)
+
+
+@pytest.mark.parametrize("statement, direct", [
+    ("mine += simd_sum(mine);", True),
+    ("mine = simd_shuffle_down(mine, lane & 3u);", True),
+    ("if (simd_any(mine > 5u)) mine += 1u;", True),
+    ("mine += simd_sum(mine) - simd_max(mine);", False),  # two calls in one statement: evaluated twice
+])
+def test_a_simdgroup_function_on_plain_operands_is_combined_over_arrays_not_lane_records(statement, direct):
+    source = PRELUDE + f"kernel void generated{SIGNATURE}  {statement}\n  out[i] = mine;\n}}\n"
+    text = compile_library(source)[1].text
+    group = text[text.index("generated__shimkit_group"):]
+    assert ("::metal::lanes::" in group) == direct and ("collective<" in group) != direct, group
+    values = torch.arange(40, dtype=torch.int32)
+    split, fibers = torch.zeros_like(values), torch.zeros_like(values)
+    ShaderLibrary(source).generated(split, values, threads=40, group_size=40)
+    ShaderLibrary(source, split_barriers=False).generated(fibers, values, threads=40, group_size=40)
+    assert torch.equal(split, fibers)
 
 
 HELPER_WITH_BARRIER = """
