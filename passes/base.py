@@ -20,7 +20,10 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import OutputKind, TensorArgument
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-__all__ = ["PROVENANCE_META", "PassContext", "PassError", "PassResult", "ShimkitPass", "describe_node", "mark_stale"]
+from shimkit.passes.ops import is_edge
+
+__all__ = ["PROVENANCE_META", "PassContext", "PassError", "PassResult", "ShimkitPass", "describe_node", "mark_stale",
+           "verified_as_edge"]
 
 # What a node made by a pass inherits from the node it replaces or derives from, so errors, profiles
 # and the audit still point at the user's source line and module.
@@ -79,6 +82,21 @@ class PassContext:
         return _mutated_input_names(self.exported_program)
 
 
+def verified_as_edge(graph: fx.Graph, context: PassContext) -> bool:
+    """Whether what a pass leaves in ``graph`` must pass the edge dialect's verifier.
+
+    ExecuTorch applies a pass to an edge program with ``EdgeProgramManager.transform``, which hands it the
+    program's ``GraphModule`` and then verifies the result: only core ATen ops (and the ``*_copy`` views),
+    each wrapped as an edge op, with tensor operands where the schema says tensor. ``AotiBackend.preprocess``
+    hands a ``requires_exported_program`` pass the ``ExportedProgram`` itself, right before Inductor
+    compiles it, and verifies nothing: there a pass may write what Inductor lowers best (``reshape``,
+    ``split``, a scalar operand). An ATen-dialect graph is checked by nothing either (``to_edge`` decomposes
+    it afterwards).
+    """
+    return context.exported_program is None and any(
+        is_edge(node.target) for node in graph.nodes if node.op == "call_function")
+
+
 def _mutated_input_names(program: ExportedProgram) -> set[str]:
     signature = program.graph_signature
     targets = set(signature.buffers_to_mutate.values()) | set(signature.user_inputs_to_mutate.values())
@@ -98,10 +116,15 @@ class ShimkitPass(PassBase):
     unchanged graph changes nothing, so a pipeline may skip it), ``after`` and ``before`` (names of
     passes this one must follow or precede in a :class:`~shimkit.passes.Pipeline`). Foreign passes
     may carry the same attributes.
+
+    A pass leaves an edge program that the edge verifier accepts wherever it must
+    (:func:`verified_as_edge`), or it sets ``only_before_inductor``: it writes what only Inductor takes, and
+    raises :class:`PassError` when handed an edge program to verify.
     """
 
     name: ClassVar[str] = ""
     requires_exported_program: ClassVar[bool] = False
+    only_before_inductor: ClassVar[bool] = False
     idempotent: ClassVar[bool] = True
     after: ClassVar[tuple[str, ...]] = ()
     before: ClassVar[tuple[str, ...]] = ()

@@ -18,12 +18,21 @@ and the guard. A decomposition that cannot be exact for a call raises
 :class:`~shimkit.registry.DecompositionDeclined`: the node is left in place (the backend then reports
 its missing kernel) and the reason is kept in ``node.meta["shimkit_declined"]`` and in
 :func:`recording_declines`.
+
+In an edge program that the edge verifier checks afterwards (``EdgeProgramManager.transform``:
+:func:`~shimkit.passes.base.verified_as_edge`) a trace is brought to what ``to_edge`` itself would have
+written: ops outside core ATen decomposed with ``to_edge``'s own table, a number given as a tensor operand
+(``mul.Tensor(x, 2)``) passed to the op's ``Scalar`` overload, memory-format ops as the dim-order ops the
+program uses. What still is not edge dialect is refused with a :class:`PassError` naming the op; right
+before Inductor (``AotiBackend.preprocess`` hands the pass the ``ExportedProgram``) traces are spliced as
+they are.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
@@ -33,8 +42,8 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
-from shimkit.passes.base import PROVENANCE_META, PassContext, PassError, ShimkitPass, describe_node
-from shimkit.passes.meta import argument_key, guards_since, shape_env_of
+from shimkit.passes.base import PROVENANCE_META, PassContext, PassError, ShimkitPass, describe_node, verified_as_edge
+from shimkit.passes.meta import argument_key, fake_mode_of, guards_since, shape_env_of
 from shimkit.passes.ops import aten_op, edge_op, is_edge, is_getitem
 from shimkit.registry.errors import DecompositionDeclined, declining_as_not_implemented
 
@@ -77,9 +86,13 @@ def _op_key(op: Any) -> torch._ops.OpOverload:
 
 
 class _Template:
-    """One traced decomposition: a small graph whose placeholders are the node's distinct inputs."""
+    """One traced decomposition: a small graph whose placeholders are the node's distinct inputs.
 
-    def __init__(self, graph: fx.Graph, edge: bool) -> None:
+    ``verified`` (an edge program the edge verifier checks afterwards): its ops are made edge dialect as
+    ``to_edge`` writes them, dim-order ops where ``dim_order``; ``problems`` says what could not be.
+    """
+
+    def __init__(self, graph: fx.Graph, edge: bool, verified: bool = False, dim_order: bool = True) -> None:
         graph.eliminate_dead_code()
         self.placeholders = list(graph.find_nodes(op="placeholder"))
         self.body = [n for n in graph.nodes if n.op not in ("placeholder", "output")]
@@ -87,6 +100,7 @@ class _Template:
             if node.op != "call_function":
                 raise ValueError(f"the traced decomposition contains a {node.op} node ({node.format_node()}); "
                                  f"decompositions must not create tensor constants or call modules")
+        self.problems = _make_edge_verifiable(self.body, dim_order) if verified else []
         self.targets = {n: edge_op(n.target) if edge and isinstance(n.target, torch._ops.OpOverload)
                         else n.target for n in self.body}
         self.results = graph.output_node().args[0]
@@ -95,6 +109,85 @@ class _Template:
         flat = [r for r in pytree.tree_leaves(self.results) if isinstance(r, fx.Node)]
         self.absorbable = {r for r in flat if flat.count(r) == 1 and len(r.users) == 1
                            and r.op == "call_function"}
+
+
+@functools.lru_cache(maxsize=None)
+def _to_edge_decompositions() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
+    """The decompositions ``to_edge`` applies, for the ops outside core ATen (the ones it must apply)."""
+    from executorch.exir.program._program import _default_decomposition_table
+
+    return {op: fn for op, fn in _default_decomposition_table().items()
+            if isinstance(op, torch._ops.OpOverload) and torch.Tag.core not in op.tags}
+
+
+def _holds_dim_order_ops(graph: fx.Graph) -> bool:
+    """Whether the edge program writes memory-format ops as dim-order ops, as ``to_edge`` does unless its
+    config skips them (``_skip_dim_order``, and then the verifier refuses dim-order ops). A program holding
+    neither kind is taken to follow ``to_edge``'s default."""
+    for node in graph.nodes:
+        op = aten_op(node.target) if node.op == "call_function" else None
+        if op is not None and op.namespace == "dim_order_ops":
+            return True
+        if op is not None and op in _MEMORY_FORMAT_OPS:
+            return False
+    return True
+
+
+# Core ATen ops that the edge dialect writes as dim-order ops (ExecuTorch's DimOrderOpsMap).
+_MEMORY_FORMAT_OPS = {torch.ops.aten._to_copy.default, torch.ops.aten.clone.default,
+                      torch.ops.aten.empty.memory_format}
+
+
+def _tensor_operands_given_numbers(node: fx.Node, op: torch._ops.OpOverload) -> list[str]:
+    """Names of the ``Tensor`` parameters of ``op`` that ``node`` passes a Python number."""
+    names = []
+    for index, argument in enumerate(op._schema.arguments):
+        value = node.args[index] if index < len(node.args) else node.kwargs.get(argument.name)
+        if isinstance(argument.type, torch.TensorType) and isinstance(value, (bool, int, float)):
+            names.append(argument.name)
+    return names
+
+
+def _scalar_overload(op: torch._ops.OpOverload, names: list[str]) -> torch._ops.OpOverload | None:
+    """``add.Scalar`` for ``add.Tensor`` given a number as ``other``: the core overload taking those
+    parameters as ``Scalar``, with the same parameters otherwise."""
+    if "Tensor" not in op._overloadname:
+        return None
+    packet = getattr(torch.ops.aten, op._schema.name.split("::")[1])
+    scalar = getattr(packet, op._overloadname.replace("Tensor", "Scalar", 1), None)
+    if scalar is None or torch.Tag.core not in scalar.tags:
+        return None
+    ours, theirs = op._schema.arguments, scalar._schema.arguments
+    if [a.name for a in ours] != [a.name for a in theirs] or any(
+            not isinstance(a.type, torch.NumberType) for a in theirs if a.name in names):
+        return None
+    return scalar
+
+
+def _make_edge_verifiable(body: list[fx.Node], dim_order: bool) -> list[str]:
+    """Rewrite traced ATen nodes, in place, into what the edge verifier accepts; describe what remains."""
+    problems = []
+    for node in body:
+        op = aten_op(node.target)
+        if op is None or op.namespace != "aten":
+            continue
+        numbers = _tensor_operands_given_numbers(node, op)
+        if numbers:
+            scalar = _scalar_overload(op, numbers)
+            if scalar is None:
+                problems.append(f"{op} with a number as tensor operand {', '.join(numbers)}")
+                continue
+            node.target = op = scalar
+        if op in _MEMORY_FORMAT_OPS and dim_order:
+            from executorch.exir.passes.dim_order_ops_registry import DimOrderOpsMap
+
+            # The result's own layout: what memory_format asked for, or what preserve_format kept.
+            kwargs = {k: v for k, v in node.kwargs.items() if k != "memory_format"}
+            kwargs["dim_order"] = [int(d) for d in node.meta["val"].dim_order()]
+            node.target, node.kwargs = DimOrderOpsMap[edge_op(op)]._op, kwargs
+        elif not {torch.Tag.core, torch.Tag.view_copy} & set(op.tags):
+            problems.append(f"{op}, which is not core ATen")
+    return problems
 
 
 def _single_fake_mode(values: list[Any]) -> Any:
@@ -117,6 +210,9 @@ class DecomposeInPlace(ShimkitPass):
     """
 
     name = "plugin_decompositions"
+    # Handed the program right before Inductor (AotiBackend.preprocess), traces are spliced as they are;
+    # handed an edge program's module (EdgeProgramManager.transform), they are made edge dialect.
+    requires_exported_program = True
 
     def __init__(self, table: Mapping[Any, Callable[..., Any]], *, name: str | None = None,
                  fallback: Mapping[Any, Callable[..., Any]] | None = None,
@@ -130,6 +226,7 @@ class DecomposeInPlace(ShimkitPass):
         if name is not None:
             self.name = name  # type: ignore[misc]
         self._templates: dict[Any, _Template] = {}
+        self._templates_mode: Any = None  # the fake mode the memoised templates' values belong to
 
     def with_fallback(self, fallback: Mapping[Any, Callable[..., Any]]) -> "DecomposeInPlace":
         """This pass, with ``fallback`` tried after its own table.
@@ -165,10 +262,22 @@ class DecomposeInPlace(ShimkitPass):
         targets = [n for n in graph.nodes if n.op == "call_function"
                    and (aten_op(n.target) in self.table or aten_op(n.target) in self.fallback)
                    and DECLINED_META not in n.meta]
-        return sum(self.decompose(graph, node) for node in targets) > 0
+        if not targets:
+            return False
+        mode = fake_mode_of(graph)
+        if mode is not self._templates_mode:
+            # A template's values belong to the fake mode it was traced in; another program's graph must
+            # not hold them (its range constraints and Inductor read the mode off the values).
+            self._templates, self._templates_mode = {}, mode
+        verified = verified_as_edge(graph, context)
+        dim_order = verified and _holds_dim_order_ops(graph)
+        return sum(self.decompose(graph, node, verified=verified, dim_order=dim_order) for node in targets) > 0
 
-    def decompose(self, graph: fx.Graph, node: fx.Node) -> bool:
-        """Splice the decomposition of ``node`` in its place; False where the decomposition declined."""
+    def decompose(self, graph: fx.Graph, node: fx.Node, *, verified: bool = False, dim_order: bool = True) -> bool:
+        """Splice the decomposition of ``node`` in its place; False where the decomposition declined.
+
+        ``verified``: the edge verifier checks the result, so an edge-dialect node is replaced by edge
+        dialect as ``to_edge`` writes it (dim-order ops where ``dim_order``)."""
         op = aten_op(node.target)
         leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
         inputs: list[fx.Node] = []
@@ -189,7 +298,8 @@ class DecomposeInPlace(ShimkitPass):
         declined: DecompositionDeclined | None = None
         for decomposition in self._candidates(op):
             try:
-                template = self._template(graph, node, op, decomposition, leaves, spec, slots, inputs)
+                template = self._template(graph, node, op, decomposition, leaves, spec, slots, inputs,
+                                          verified and is_edge(node.target), dim_order)
                 break
             except DecompositionDeclined as reason:
                 declined = reason
@@ -200,17 +310,24 @@ class DecomposeInPlace(ShimkitPass):
             if collected is not None:
                 collected.append(Decline(op.name(), node.name, describe_node(node), declined.reason))
             return False
+        if template.problems:
+            raise PassError(self.pass_name, node, f"the decomposition of {op} "
+                            f"({getattr(decomposition, '__qualname__', decomposition)}) writes "
+                            f"{'; '.join(template.problems)}: the edge verifier refuses that, so it cannot be "
+                            f"applied to an edge program that EdgeProgramManager.transform checks; it is "
+                            f"valid right before Inductor (AotiBackend hands the pass the ExportedProgram)")
         self._splice(graph, node, template, inputs)
         return True
 
     def _template(self, graph: fx.Graph, node: fx.Node, op: torch._ops.OpOverload,
                   decomposition: Callable[..., Any], leaves: list, spec: Any, slots: list[int | None],
-                  inputs: list[fx.Node]) -> _Template:
+                  inputs: list[fx.Node], verified: bool, dim_order: bool) -> _Template:
         values = [n.meta["val"] for n in inputs]
         constants = [None if slot is not None else leaf for leaf, slot in zip(leaves, slots)]
         edge = is_edge(node.target)
         try:
-            key = (op, decomposition, edge, spec, tuple(slots), argument_key(constants), argument_key(values))
+            key = (op, decomposition, edge, verified, dim_order, spec, tuple(slots), argument_key(constants),
+                   argument_key(values))
             hash(key)
         except TypeError:  # symbolic sizes: trace for this node alone
             key = None
@@ -247,10 +364,12 @@ class DecomposeInPlace(ShimkitPass):
             others = {other: fn for other, fn in self.table.items() if other != op}
             if decomposition is not self.table.get(op):
                 others = {other: declining_as_not_implemented(fn) for other, fn in others.items()}
+            if verified:
+                others = {**{o: fn for o, fn in _to_edge_decompositions().items() if o != op}, **others}
             with own_mode if own_mode is not None else contextlib.nullcontext():
                 traced = make_fx(call_decomposition, decomposition_table=others,
                                  tracing_mode="real" if own_mode is not None else mode)(*values)
-            template = _Template(traced.graph, edge)
+            template = _Template(traced.graph, edge, verified, dim_order)
         except DecompositionDeclined:
             raise
         except Exception as error:

@@ -39,7 +39,7 @@ def is_edge(target: Any) -> bool:
 @functools.lru_cache(maxsize=None)
 def edge_op(op: torch._ops.OpOverload) -> Any:
     """The edge-dialect wrapper of ``op``; ``op`` itself for symbolic-shape ops edge does not wrap."""
-    if op.namespace not in ("aten",) or op in _SYMBOLIC_OPS:
+    if op.namespace not in ("aten", "dim_order_ops") or op in _SYMBOLIC_OPS:
         return op
     try:
         from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge

@@ -14,6 +14,10 @@ tensor). There a 0-d tensor and a Python number promote alike (the dimensioned t
 op computes in that dtype either way; a 0-d float64 constant beside an integer tensor would make the
 result float64 where a Python float makes it the default dtype, so it is left, as are bool and complex
 constants, constants used as first operand and 0-d first operands.
+
+The edge verifier refuses a number where the schema says tensor, so the pass is valid only right before
+Inductor, where ``AotiBackend.preprocess`` hands it the ``ExportedProgram``; handed an edge program's module
+to verify afterwards (``EdgeProgramManager.transform``) it raises :class:`~shimkit.passes.PassError`.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import torch
 from torch import fx
 from torch.export.graph_signature import InputKind
 
-from shimkit.passes.base import PassContext, ShimkitPass
+from shimkit.passes.base import PassContext, PassError, ShimkitPass, verified_as_edge
 from shimkit.passes.ops import aten_op
 
 BINARY_OPS = frozenset({torch.ops.aten.div.Tensor, torch.ops.aten.mul.Tensor, torch.ops.aten.add.Tensor,
@@ -65,8 +69,14 @@ class InlineScalarConstants(ShimkitPass):
 
     name = "inline_scalar_constants"
     requires_exported_program = True
+    only_before_inductor = True
 
     def transform(self, graph: fx.Graph, context: PassContext) -> bool:
+        if verified_as_edge(graph, context):
+            raise PassError(self.pass_name, None, "it writes Python numbers as the tensor operand of "
+                            "div/mul/add/sub (aten.div.Tensor(x, 5.66)), which the edge verifier refuses: it is valid "
+                            "only right before Inductor, called on the ExportedProgram as AotiBackend.preprocess "
+                            "calls it, not on an edge program that EdgeProgramManager.transform verifies")
         modified = False
         for node in graph.nodes:
             if node.op != "call_function" or aten_op(node.target) not in BINARY_OPS or len(node.args) < 2:

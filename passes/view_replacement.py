@@ -25,6 +25,16 @@ example's) allows a view, but the compiler may give an extern kernel's output an
 ``transpose(1, 2)`` then ``view`` cannot be traced ("Cannot view a tensor with shape ..."); a
 ``reshape`` is decided again on the layout Inductor actually has: a view where it can be, a copy where not.
 
+That is the form right before Inductor: on an ATen graph, and on an edge program handed over as the
+``ExportedProgram`` (``AotiBackend.preprocess``). An edge program handed over as its ``GraphModule``, as
+``EdgeProgramManager.transform`` does before running the edge verifier again
+(:func:`~shimkit.passes.base.verified_as_edge`), gets core ATen views only: ``narrow`` is written as
+``slice``, ``t`` and ``transpose`` as ``permute``, ``detach`` as ``alias``, ``squeeze`` as ``squeeze.dims``
+and ``split`` as ``split_with_sizes`` (static sizes); a ``view_copy`` whose input's layout is not settled
+stays a copy, and so does a view feeding it whose own input is not settled (Inductor lowers the kept copy
+as ``view`` then ``clone``, on the layout it gives); ``unbind``, ``view.dtype``, ``unfold``, ``view_as_real``
+and ``view_as_complex`` have no core view and stay copies.
+
 ``meta["val"]`` of converted nodes, their ``getitem`` users and anything downstream whose layout
 changes is recomputed.
 """
@@ -38,10 +48,10 @@ import torch
 from torch import fx
 from torch._prims_common import is_contiguous_or_false
 
-from shimkit.passes.base import PassContext, ShimkitPass
+from shimkit.passes.base import PassContext, ShimkitPass, verified_as_edge
 from shimkit.passes.meta import (ValueComputer, argument_values, fake_mode_of, is_tensor_layout, layout,
                                  refresh_value, same_layout)
-from shimkit.passes.ops import (aten_op, is_getitem, like, may_write, returns_alias_of_input,
+from shimkit.passes.ops import (aten_op, is_edge, is_getitem, like, may_write, returns_alias_of_input,
                                 written_arguments)
 
 aten = torch.ops.aten
@@ -93,6 +103,10 @@ _REPLACEMENT = {aten.view.default: aten.reshape.default}
 _MULTI_OUTPUT = {aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int}
 _NEVER = math.inf
 
+# Copies that Inductor lowers as their view followed by a copy (``view(x).clone()``): kept in place, they
+# still need a viewable input layout, the one the compiler gives, not only the exported example's.
+_VIEWING_COPIES = {aten.view_copy.default, aten.view_copy.dtype}
+
 
 class ReplaceViewCopyWithView(ShimkitPass):
     """Turn view-copy ops into views where that cannot change the program's meaning.
@@ -130,7 +144,7 @@ class ReplaceViewCopyWithView(ShimkitPass):
         position = {node: i for i, node in enumerate(graph.nodes)}
         last_write, roots = self._last_writes(graph, position, context)
         unsafe = {n for n in candidates if last_write.get(roots.get(n, n), -1) > position[n]}
-        return self._convert(graph, set(candidates) - unsafe)
+        return self._convert(graph, set(candidates) - unsafe, verified_as_edge(graph, context))
 
     # -- mutation analysis -------------------------------------------------------------------------
 
@@ -196,7 +210,9 @@ class ReplaceViewCopyWithView(ShimkitPass):
 
     # -- conversion --------------------------------------------------------------------------------
 
-    def _convert(self, graph: fx.Graph, convertible: set[fx.Node]) -> bool:
+    def _convert(self, graph: fx.Graph, convertible: set[fx.Node], core_only: bool) -> bool:
+        """Convert the nodes that can be views; with ``core_only`` (the edge verifier checks the result)
+        edge-dialect nodes become core ATen views only."""
         computer = ValueComputer(fake_mode_of(graph))
         changed: set[fx.Node] = set()  # nodes whose meta["val"] layout changed
         converted: set[fx.Node] = set()
@@ -205,9 +221,10 @@ class ReplaceViewCopyWithView(ShimkitPass):
             if node in handled:
                 continue
             if node in convertible:
-                spec = self._converted_layout(node, computer, converted)
+                core = core_only and is_edge(node.target)
+                spec = self._converted_layout(node, computer, converted, core)
                 if spec is not None:
-                    self._apply(node, spec, computer, changed, handled)
+                    self._apply(node, spec, computer, changed, handled, core)
                     converted.add(node)
                     continue
             if changed and node.op == "call_function" and any(i in changed for i in node.all_input_nodes):
@@ -217,20 +234,23 @@ class ReplaceViewCopyWithView(ShimkitPass):
                 node.meta["val"] = fx.node.map_arg(node.args[0], lambda n: n.meta.get("val"))
         return bool(converted)
 
-    def _converted_layout(self, node: fx.Node, computer: ValueComputer, converted: set[fx.Node]) -> Any:
-        """Layout of the node's value as a view, or ``None`` where it must stay a copy."""
+    def _converted_layout(self, node: fx.Node, computer: ValueComputer, converted: set[fx.Node], core: bool) -> Any:
+        """Layout of the node's value as a view, or ``None`` where it must stay a copy (``core``: where
+        no core ATen view does what it does)."""
         view = self.view_of_copy[aten_op(node.target)]
         source = node.args[0]
         if not isinstance(source, fx.Node) or not isinstance(source.meta.get("val"), torch.Tensor):
             return None
         if view is aten.as_strided.default and not _fresh_contiguous(source, converted):
             return None
+        if core and _core_view(node, view) is None:
+            return None
         try:
             args, kwargs = argument_values(node)
             spec = computer.layout_of(view, args, kwargs, is_view=True)
         except (KeyError, RuntimeError, ValueError, TypeError, IndexError):
             return None  # the view is impossible on this input's layout (or unknowable): the copy stays
-        if not self._copies_stay_lowerable(node, spec, computer):
+        if not self._copies_stay_lowerable(node, spec, computer, core):
             return None
         if self.needs_dense_input is not None and not _dense(spec):
             for consumer in _consumers(node):
@@ -239,13 +259,20 @@ class ReplaceViewCopyWithView(ShimkitPass):
                     return None
         return spec
 
-    def _copies_stay_lowerable(self, node: fx.Node, spec: Any, computer: ValueComputer) -> bool:
+    def _copies_stay_lowerable(self, node: fx.Node, spec: Any, computer: ValueComputer, core: bool) -> bool:
         """Whether every view-copy consuming ``node`` could still be formed as a view of its new layout.
 
         Eager ``view_copy`` reshapes any input, but Inductor lowers it as a view, so a copy left in
         place on a strided input fails to compile ("Cannot view a tensor with shape ..."). Where the
         consumer's view is impossible it stays a copy, so ``node`` must keep producing dense memory.
+        Verified as an edge program (``core``), a ``view_copy`` consumer whose input's layout is not
+        settled stays a copy (``reshape`` is not core ATen), which Inductor lowers as ``view`` then
+        ``clone``: ``node`` keeps its copy too unless its own input is settled, the only case where the
+        layout the compiler gives ``node`` is the one judged here.
         """
+        if core and not _layout_is_settled(node.args[0]) and any(
+                aten_op(getattr(c, "target", None)) in _VIEWING_COPIES for c in _consumers(node)):
+            return False
         items = spec if not is_tensor_layout(spec) else None
         for user in node.users:
             user_spec = spec
@@ -270,11 +297,16 @@ class ReplaceViewCopyWithView(ShimkitPass):
         return True
 
     def _apply(self, node: fx.Node, spec: Any, computer: ValueComputer, changed: set[fx.Node],
-               handled: set[fx.Node]) -> None:
+               handled: set[fx.Node], core: bool) -> None:
         view = self.view_of_copy[aten_op(node.target)]
-        if not _layout_is_settled(node.args[0]):
-            view = _REPLACEMENT.get(view, view)
-        node.target = like(view, node.target)
+        if core:
+            core_view = _core_view(node, view)
+            assert core_view is not None  # _converted_layout kept the copy otherwise
+            node.target, node.args, node.kwargs = like(core_view[0], node.target), core_view[1], core_view[2]
+        else:
+            if not _layout_is_settled(node.args[0]):
+                view = _REPLACEMENT.get(view, view)
+            node.target = like(view, node.target)
         if view not in _MULTI_OUTPUT:
             if not same_layout(spec, layout(node.meta.get("val"))):
                 node.meta["val"] = computer.value_of(spec)
@@ -290,6 +322,60 @@ class ReplaceViewCopyWithView(ShimkitPass):
                 items[index] = user.meta["val"]
                 handled.add(user)
         node.meta["val"] = [items[i] if i in items else computer.value_of(s) for i, s in enumerate(spec)]
+
+
+def _bound_arguments(node: fx.Node, op: torch._ops.OpOverload) -> list[Any]:
+    """The node's argument values in ``op``'s schema order, defaults filled in."""
+    return [node.args[i] if i < len(node.args) else node.kwargs.get(a.name, a.default_value)
+            for i, a in enumerate(op._schema.arguments)]
+
+
+def _static_ints(*values: Any) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+
+
+def _core_view(node: fx.Node, view: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, tuple, dict] | None:
+    """``(op, args, kwargs)``: the core ATen view ``node`` becomes in an edge program, or ``None`` where
+    there is none and the copy must stay (the edge verifier refuses a view op outside core ATen).
+
+    A ``view_copy`` becomes ``view`` only where the input's layout is settled: elsewhere only ``reshape``
+    is sure to lower, and it is not core ATen.
+    """
+    arguments = _bound_arguments(node, view)
+    source = arguments[0]
+    shape = source.meta["val"].shape
+    if view is aten.view.default and not _layout_is_settled(source):
+        return None
+    if torch.Tag.core in view.tags:
+        return view, node.args, dict(node.kwargs)
+    if view in (aten.transpose.int, aten.t.default):
+        order = list(range(len(shape)))
+        if view is aten.t.default and len(shape) == 2:
+            order = [1, 0]
+        elif view is aten.transpose.int and order:
+            first, second = (d % len(order) for d in arguments[1:3])
+            order[first], order[second] = order[second], order[first]
+        return aten.permute.default, (source, order), {}
+    if view is aten.detach.default:
+        return aten.alias.default, (source,), {}
+    if view is aten.squeeze.default:
+        # squeeze.default drops every size-1 dim; which those are is known only for static sizes.
+        if not _static_ints(*shape):
+            return None
+        return aten.squeeze.dims, (source, [d for d, size in enumerate(shape) if size == 1]), {}
+    if view is aten.narrow.default:
+        dim, start, length = arguments[1:4]
+        if not _static_ints(start, length) or (start < 0 and not _static_ints(shape[dim])):
+            return None
+        start = start + shape[dim] if start < 0 else start
+        return aten.slice.Tensor, (source, dim, start, start + length), {}
+    if view is aten.split.Tensor:
+        dim = arguments[2]
+        sizes = [piece.shape[dim] for piece in node.meta.get("val") or ()]
+        if not sizes or not _static_ints(*sizes):
+            return None
+        return aten.split_with_sizes.default, (source, sizes, dim), {}
+    return None  # unbind, view.dtype, unfold, view_as_real, view_as_complex: no core view
 
 
 def _layout_is_settled(source: Any) -> bool:

@@ -30,7 +30,7 @@ def shimkit_passes():
         name="decompose_linear",
         factory=DecomposeLinear.from_capabilities,
         before=("addmm_to_mm",),
-        doc="linear with bias -> t + mm/matmul + add where the device has no addmm shim.",
+        doc="linear with bias -> permute + mm (+ view) + add where the device has no addmm shim.",
     )
     yield PassSpec(
         name="addmm_to_mm",

@@ -267,6 +267,10 @@ class _Drawing:
             # to_edge (ExecuTorch 1.x) replaces a broadcasting copy_ by its source, so the ops that read the
             # written tensor get the source's shape and the program does not build at all.
             return False
+        if self.form == "edge" and spec.op is torch.ops.aten.unbind_copy.int and self_value is not None \
+                and self_value.meta.dim() == 1:
+            # to_edge (ExecuTorch 1.5) fails on unbind_copy of a 1-D tensor ("len() of a 0-d tensor").
+            return False
         try:
             result = spec.op(*_substitute(args, metas), **_substitute(kwargs, metas))
         except (RuntimeError, ValueError, IndexError, TypeError):
