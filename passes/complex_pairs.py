@@ -17,7 +17,9 @@ and spliced in place:
 - ``_fft_r2c``, ``_fft_c2c`` and ``_fft_c2r`` (what every ``torch.fft`` function and ``stft`` lower to) are
   discrete Fourier sums as real matrix products, one transformed dim at a time, with angles reduced
   exactly (``(k t) mod n`` in int64 before the float32 ``cos``/``sin``) as in ``plugins/real_fft.py``.
-  They cost ``O(n)`` per output point: right for the short transforms models use (STFT frames).
+  They cost ``O(n)`` per output point: right for the short transforms models use (STFT frames). Longer
+  ones go to an FFT op where the pass is given one (``fft_kernel``: ``shimkit::fft_c2c`` on mps), ``c2r``
+  through the whole Hermitian spectrum.
 
 A complex value that reaches a graph output cannot be a pair: the pass raises :class:`PassError` naming
 the node. A complex op without a rule is named the same way. Sizes must be static.
@@ -26,6 +28,8 @@ the node. A complex op without a rule is named the same way. Sizes must be stati
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import math
 import operator
 from typing import Any, Callable
@@ -131,9 +135,23 @@ def _angles(outputs: int, inputs: int, period: int, device: torch.device) -> tor
     return (t * k % period).to(torch.float32) * (2 * math.pi / period)
 
 
-def _dft(value: _Pair, dim: int, outputs: int, forward: bool) -> _Pair:
-    """The unnormalized DFT of ``value`` along ``dim`` (its full length), its first ``outputs`` points."""
+@dataclasses.dataclass(frozen=True)
+class _FftKernel:
+    """An FFT op for transforms of at least ``from_points`` points: ``op(rows, inverse, normalization)`` on
+    contiguous real pairs ``[..., n, 2]`` over dim -2, as ``shimkit::fft_c2c``."""
+
+    op: Callable[..., torch.Tensor]
+    from_points: int
+
+
+def _dft(value: _Pair, dim: int, outputs: int, forward: bool, kernel: _FftKernel | None) -> _Pair:
+    """The unnormalized DFT of ``value`` along ``dim`` (its full length), its first ``outputs`` points:
+    through ``kernel`` where it takes that length, else as two real matrix products."""
     length = value.real.shape[dim]
+    if kernel is not None and length >= kernel.from_points:
+        rows = torch.stack([value.real, value.imag], dim=-1).movedim(dim, -2).contiguous()
+        spectrum = kernel.op(rows, not forward, 0).narrow(-2, 0, outputs).movedim(-2, dim)
+        return _Pair(spectrum[..., 0], spectrum[..., 1])
     angles = _angles(outputs, length, length, value.real.device)
     cos, sin = angles.cos(), angles.sin() * (-1.0 if forward else 1.0)
     real, imag = value.real.movedim(dim, -1), value.imag.movedim(dim, -1)
@@ -150,38 +168,47 @@ def _normalized(value: _Pair | torch.Tensor, normalization: int, points: int) ->
     return _mul(value, scale) if isinstance(value, _Pair) else value * scale
 
 
-def _fft_r2c(x: torch.Tensor, dim: list[int], normalization: int, onesided: bool) -> _Pair:
+def _fft_r2c(x: torch.Tensor, dim: list[int], normalization: int, onesided: bool, *,
+             kernel: _FftKernel | None = None) -> _Pair:
     dims = [d % x.dim() for d in dim]
     last = dims[-1]
     points = math.prod(x.shape[d] for d in dims)
     length = x.shape[last]
-    value = _dft(_Pair(x, torch.zeros_like(x)), last, length // 2 + 1 if onesided else length, forward=True)
+    value = _dft(_Pair(x, torch.zeros_like(x)), last, length // 2 + 1 if onesided else length, True, kernel)
     for d in dims[:-1]:
-        value = _dft(value, d, value.real.shape[d], forward=True)
+        value = _dft(value, d, value.real.shape[d], True, kernel)
     return _normalized(value, normalization, points)
 
 
-def _fft_c2c(z: _Pair, dim: list[int], normalization: int, forward: bool) -> _Pair:
+def _fft_c2c(z: _Pair, dim: list[int], normalization: int, forward: bool, *,
+             kernel: _FftKernel | None = None) -> _Pair:
     dims = [d % z.real.dim() for d in dim]
     for d in dims:
-        z = _dft(z, d, z.real.shape[d], forward)
+        z = _dft(z, d, z.real.shape[d], forward, kernel)
     return _normalized(z, normalization, math.prod(z.real.shape[d] for d in dims))
 
 
-def _fft_c2r(z: _Pair, dim: list[int], normalization: int, last_dim_size: int) -> torch.Tensor:
+def _fft_c2r(z: _Pair, dim: list[int], normalization: int, last_dim_size: int, *,
+             kernel: _FftKernel | None = None) -> torch.Tensor:
     dims = [d % z.real.dim() for d in dim]
     for d in dims[:-1]:
-        z = _dft(z, d, z.real.shape[d], forward=False)
+        z = _dft(z, d, z.real.shape[d], False, kernel)
     last, n = dims[-1], last_dim_size
     half = n // 2 + 1
     real, imag = z.real.narrow(last, 0, half), z.imag.narrow(last, 0, half)
+    points = n * math.prod(z.real.shape[d] for d in dims[:-1])
+    if kernel is not None and n >= kernel.from_points:
+        # The whole Hermitian spectrum, X[n - k] = conj(X[k]); the real part of its inverse transform
+        # ignores the imaginary parts of X[0] and X[n / 2], as ATen's c2r does.
+        mirror = (real.narrow(last, 1, n - half).flip(last), -imag.narrow(last, 1, n - half).flip(last))
+        whole = _Pair(torch.cat([real, mirror[0]], last), torch.cat([imag, mirror[1]], last))
+        return _normalized(_dft(whole, last, n, False, kernel).real, normalization, points)
     angles = _angles(n, half, n, real.device)
     k = torch.arange(half, device=real.device)
     # Each term stands for itself and its mirror image, except k = 0 and, for even n, k = n / 2.
     weights = torch.where((k == 0) | (2 * k == n), 1.0, 2.0).to(torch.float32)
     cos, sin = angles.cos() * weights, angles.sin() * weights
     result = (real.movedim(last, -1) @ cos.mT - imag.movedim(last, -1) @ sin.mT).movedim(-1, last)
-    points = n * math.prod(z.real.shape[d] for d in dims[:-1])
     return _normalized(result, normalization, points)
 
 
@@ -264,6 +291,9 @@ _RULES.update({aten.transpose_.default: _componentwise(aten.transpose.int),
                aten.t_.default: _componentwise(aten.t.default)})
 
 
+_FFT_OPS = (aten._fft_r2c.default, aten._fft_c2c.default, aten._fft_c2r.default)
+
+
 def _is_complex(value: Any) -> bool:
     return any(isinstance(v, torch.Tensor) and v.is_complex() for v in pytree.tree_leaves(value))
 
@@ -283,14 +313,24 @@ class ComplexPairs(ShimkitPass):
     graph output is a :class:`PassError` naming its node; with ``"view_as_complex"`` everything before it is
     made real and the output is ``view_as_complex`` of its packed value: the one complex op left, which
     the audit then names as the missing kernel.
+
+    A transform of at least ``fft_kernel_from`` points goes to ``fft_kernel`` where one is given: an op on
+    contiguous real pairs ``[..., n, 2]`` over dim -2, ``(rows, inverse, normalization)``, as
+    ``shimkit::fft_c2c`` (``plugins/complex_fft``, which passes it on devices with its kernel).
     """
 
     name = "complex_pairs"
 
-    def __init__(self, *, complex_outputs: str = "error") -> None:
+    def __init__(self, *, complex_outputs: str = "error", fft_kernel: Callable[..., torch.Tensor] | None = None,
+                 fft_kernel_from: int = 256) -> None:
         if complex_outputs not in ("error", "view_as_complex"):
             raise ValueError(f"complex_outputs must be 'error' or 'view_as_complex', not {complex_outputs!r}")
+        if fft_kernel is not None and not callable(fft_kernel):
+            raise TypeError(f"fft_kernel must be an op like shimkit::fft_c2c, got {fft_kernel!r}")
+        if isinstance(fft_kernel_from, bool) or not isinstance(fft_kernel_from, int) or fft_kernel_from < 1:
+            raise ValueError(f"fft_kernel_from must be a positive number of points, got {fft_kernel_from!r}")
         self.complex_outputs = complex_outputs
+        self._fft_kernel = _FftKernel(fft_kernel, fft_kernel_from) if fft_kernel is not None else None
 
     def _touches_complex(self, node: fx.Node) -> bool:
         return node.op == "call_function" and _OUTPUT_META not in node.meta and (
@@ -361,6 +401,8 @@ class ComplexPairs(ShimkitPass):
         if rule is None:
             raise PassError(self.pass_name, node, f"{op} on complex values has no real-pair rule: Metal has no "
                             f"complex dtype, so this program cannot be lowered")
+        if op in _FFT_OPS:
+            rule = functools.partial(rule, kernel=self._fft_kernel)
         leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
         inputs = list(dict.fromkeys(leaf for leaf in leaves if isinstance(leaf, fx.Node)))
         sources = [packed.get(n, n) for n in inputs]

@@ -76,8 +76,13 @@ def test_no_plugins_shows_upstreams_cumsum_and_baddbmm_gaps(stock):
     # Complex values inside: the edge verifier rejects each program before any backend sees it.
     spectral = ("stft_magnitude", "istft_head", "rfft2_global_filter")
     assert {name: models[name]["status"] for name in spectral} == dict.fromkeys(spectral, "error")
+    # Real in, real out: the FNet mixer passes the verifier and misses the transforms themselves.
+    assert models["fnet_mixer"]["status"] == "missing"
+    assert {"aten::_fft_r2c.default", "aten::_fft_c2c.default"} <= {
+        k["op"] for k in models["fnet_mixer"]["kernels"] if k["status"] == "missing"}
     others = {name: m["status"] for name, m in models.items()
-              if name not in ("cumsum", "baddbmm", "position_ids_dynamic", "sorted_routing", "no_such_model", *spectral)}
+              if name not in ("cumsum", "baddbmm", "position_ids_dynamic", "sorted_routing", "no_such_model",
+                              "fnet_mixer", *spectral)}
     assert set(others.values()) == {"clean"}, others
 
 

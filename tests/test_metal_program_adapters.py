@@ -273,6 +273,70 @@ def test_linalg_adapter_computes_like_aten_in_the_program(tmp_path, name):
     _assert_ran_clean(audit, *kernels)
 
 
+# -- fft -------------------------------------------------------------------------------------------------------
+
+FFT_MODEL = """
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            spectrum = torch.fft.rfft(x, dim=-1, norm="ortho")
+            filtered = torch.fft.irfft(spectrum * torch.linspace(1.0, 0.0, spectrum.shape[-1]), n=x.shape[-1])
+            return filtered, torch.fft.fft(x.transpose(0, 1), dim=0).abs()
+
+    def make():
+        return Model(), (torch.randn(3, 257, generator=torch.Generator().manual_seed(0)),)
+"""
+
+
+def test_fft_adapter_computes_long_transforms_in_the_program(tmp_path):
+    """257 points (prime: Bluestein, through power-of-two Stockham passes) in rfft, irfft and fft: the
+    complex_pairs pass writes shimkit::fft_c2c for each, the program calls the adapter."""
+    audit = _execute(_write_model(tmp_path, "fft_model", FFT_MODEL))
+    _assert_ran_clean(audit, "shimkit::fft_c2c")
+
+
+def _fft_c2c(runtime, x: torch.Tensor, inverse: bool, normalization: int) -> torch.Tensor:
+    entry = runtime.aoti_torch_mps_fft_c2c
+    entry.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p)]
+    entry.restype = ctypes.c_int
+    handle, result = program.tensor_handle(runtime, x), ctypes.c_void_p()
+    try:
+        assert entry(handle, int(inverse), normalization, ctypes.byref(result)) == 0, program.take_failure(runtime)
+        try:
+            return program.tensor_from_handle(runtime, result.value)
+        finally:
+            runtime.aoti_torch_delete_tensor_object(result.value)
+    finally:
+        runtime.aoti_torch_delete_tensor_object(handle)
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 2), (3, 64, 2), (2, 3, 360, 2), (2, 17, 2), (1, 1009, 2), (0, 8, 2)],
+                         ids=["one-point", "radix-8", "mixed-radix", "bluestein", "bluestein-long", "no-rows"])
+@pytest.mark.parametrize("inverse, normalization", [(False, 0), (True, 2), (False, 1)])
+def test_fft_adapter_called_directly_matches_aten(runtime, shape, inverse, normalization):
+    from shimkit.plugins.complex_fft import fft_c2c
+
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(shape[-2]))
+    got = _fft_c2c(runtime, x, inverse, normalization)
+    want = fft_c2c(x, inverse, normalization)
+    assert got.shape == x.shape
+    largest = float(want.abs().amax()) if want.numel() else 1.0
+    torch.testing.assert_close(got, want, rtol=0, atol=2e-6 * max(1.0, largest) * shape[-2] ** 0.5)
+
+
+def test_fft_adapter_refuses_what_is_not_contiguous_float32_pairs(runtime):
+    entry = runtime.aoti_torch_mps_fft_c2c
+    entry.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p)]
+    entry.restype = ctypes.c_int
+    for bad, normalization in ((torch.zeros(4, 3), 0), (torch.zeros(4, 2, dtype=torch.float64), 0),
+                               (torch.zeros(2, 4).mT, 0), (torch.zeros(4, 2), 3), (torch.zeros(0, 2), 0)):
+        handle, result = program.tensor_handle(runtime, bad), ctypes.c_void_p()
+        try:
+            assert entry(handle, 0, normalization, ctypes.byref(result)) != 0, (bad.shape, bad.dtype, normalization)
+            assert result.value is None
+        finally:
+            runtime.aoti_torch_delete_tensor_object(handle)
+
+
 # -- random ----------------------------------------------------------------------------------------------------
 
 def test_randint_adapter_seeds_the_programs_random_code(tmp_path, monkeypatch):

@@ -26,7 +26,7 @@ from shimkit.metal import MSL_TYPES
 
 STAND_IN_INCLUDE = SOURCE_DIR / "metal_runtime" / "include"
 OBJECTIVE_C = {"addmm_metal.mm", "addmm_shim_mps.mm"}
-EXPECTED_ADAPTERS = {"msl_elementwise.mm", "sort_shim_mps.mm", "linalg_shim_mps.mm", "randint_shim_mps.mm",
+EXPECTED_ADAPTERS = {"msl_elementwise.mm", "sort_shim_mps.mm", "linalg_shim_mps.mm", "randint_shim_mps.mm", "fft_shim_mps.mm",
                      "nonzero_shim_mps.mm"}
 
 # Every declaration of et_metal.h that the stand-in provides, as a pointer of upstream's exact type: a

@@ -12,6 +12,11 @@ from torch.testing._internal.common_methods_invocations import op_db
 
 from shimkit.passes import PassError
 from shimkit.passes.complex_pairs import ComplexPairs
+from shimkit.plugins.complex_fft import fft_c2c
+
+# Every transform through the FFT op (on the CPU it is torch.fft: what is checked is the graph around it,
+# the kernel itself in test_plugin_complex_fft_kernel.py and the adapter in test_metal_program_adapters.py).
+THROUGH_FFT_OP = {"fft_kernel": torch.ops.shimkit.fft_c2c.default, "fft_kernel_from": 1}
 
 OPS = {op.name: op for op in op_db if not op.variant_test_name}
 # Real input only (ATen rejects complex input to these).
@@ -40,16 +45,21 @@ class _RealEdges(torch.nn.Module):
         return torch.view_as_real(result.resolve_conj()) if result.is_complex() else result
 
 
-def _made_real(module: torch.nn.Module, x: torch.Tensor) -> torch.export.ExportedProgram:
+def _made_real(module: torch.nn.Module, x: torch.Tensor, **options) -> torch.export.ExportedProgram:
     program = torch.export.export(module, (x,), strict=False).run_decompositions()
-    ComplexPairs()(program)
+    ComplexPairs(**options)(program)
     assert _no_complex_left(program), program.graph
     return program
 
 
+def _calls_fft_op(program: torch.export.ExportedProgram) -> bool:
+    return any(node.target is torch.ops.shimkit.fft_c2c.default for node in program.graph.nodes)
+
+
+@pytest.mark.parametrize("options", [{}, THROUGH_FFT_OP], ids=["dft", "fft-op"])
 @pytest.mark.parametrize(("name", "dtype"), [(name, torch.float32) for name in REAL_FFTS + COMPLEX_FFTS[:6]]
                          + [(name, torch.complex64) for name in COMPLEX_FFTS])
-def test_opinfo_fft_samples_made_real(name, dtype):
+def test_opinfo_fft_samples_made_real(name, dtype, options):
     cases = list(OPS[name].sample_inputs("cpu", dtype, requires_grad=False))[:SAMPLES_PER_CASE]
     checked = 0
     for sample in cases:
@@ -59,7 +69,8 @@ def test_opinfo_fft_samples_made_real(name, dtype):
             expected = module(x)
         except RuntimeError:
             continue  # a sample ATen itself rejects
-        program = _made_real(module, x)
+        program = _made_real(module, x, **options)
+        assert _calls_fft_op(program) == bool(options) or x.numel() == 0, program.graph
         scale = max(1.0, float(expected.abs().max())) if expected.numel() else 1.0
         torch.testing.assert_close(program.module()(x), expected, rtol=1e-4, atol=1e-5 * scale,
                                    msg=lambda m, s=sample: f"{name} on {s}: {m}")
@@ -86,11 +97,13 @@ class _SpectralArithmetic(torch.nn.Module):
 
 @settings(max_examples=12, deadline=None)
 @given(rows=st.integers(1, 3), length=st.sampled_from([1, 2, 3, 5, 7, 8, 12, 13, 17, 31]),
-       norm=st.sampled_from([None, "backward", "forward", "ortho"]), seed=st.integers(0, 2**16))
-def test_spectral_arithmetic_odd_and_prime_lengths(rows, length, norm, seed):
+       norm=st.sampled_from([None, "backward", "forward", "ortho"]), seed=st.integers(0, 2**16),
+       options=st.sampled_from([{}, THROUGH_FFT_OP]))
+def test_spectral_arithmetic_odd_and_prime_lengths(rows, length, norm, seed, options):
     x = torch.randn(rows, length, generator=torch.Generator().manual_seed(seed))
     module = _SpectralArithmetic(norm)
-    program = _made_real(module, x)
+    program = _made_real(module, x, **options)
+    assert _calls_fft_op(program) == bool(options)
     for got, expected in zip(program.module()(x), module(x)):
         scale = max(1.0, float(expected.abs().max()))
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=2e-5 * scale)
@@ -163,3 +176,33 @@ def test_both_devices_prepare_complex_programs_for_edge(device):
                      and n.meta["val"].is_complex()]
     assert [n.target for n in complex_nodes] == [torch.ops.aten.view_as_complex.default]
     torch.testing.assert_close(program.module()(x), _ComplexOut()(x), rtol=1e-5, atol=1e-5)
+
+
+class _LongAndShort(torch.nn.Module):
+    def forward(self, x):
+        return torch.fft.irfft(torch.fft.rfft2(x) * 0.5, n=x.shape[-1]).sum(-2)
+
+
+@pytest.mark.parametrize("device", ["mps", "cuda"])
+def test_long_transforms_take_the_fft_op_only_where_the_device_has_its_kernel(device):
+    """On mps (the complex_fft plugin ships aoti_torch_mps_fft_c2c) the 300-point transforms are
+    shimkit::fft_c2c and the 8-point ones DFT matmuls; CUDA has no such shim: every transform a matmul."""
+    from shimkit.backend import backend_config
+
+    x = torch.randn(8, 300, generator=torch.Generator().manual_seed(2))
+    program = backend_config(device).prepare_for_edge(torch.export.export(_LongAndShort(), (x,)))
+    transforms = [n for n in program.graph.nodes if n.target is torch.ops.shimkit.fft_c2c.default]
+    lengths = sorted(n.args[0].meta["val"].shape[-2] for n in transforms)
+    assert lengths == ([300, 300] if device == "mps" else []), program.graph
+    torch.testing.assert_close(program.module()(x), _LongAndShort()(x), rtol=1e-4, atol=1e-4)
+
+
+def test_fft_op_options_are_checked():
+    with pytest.raises(ValueError, match="fft_kernel_from must be a positive number of points, got 0"):
+        ComplexPairs(fft_kernel=fft_c2c, fft_kernel_from=0)
+    with pytest.raises(TypeError, match="fft_kernel must be an op like shimkit::fft_c2c"):
+        ComplexPairs(fft_kernel="fft")
+    with pytest.raises(ValueError, match=r"shimkit::fft_c2c: self must be float32 real pairs \[..., n, 2\]"):
+        fft_c2c(torch.zeros(3, 4), False, 0)
+    with pytest.raises(ValueError, match="normalization must be ATen's fft_norm_mode 0, 1 or 2, got 5"):
+        fft_c2c(torch.zeros(3, 2), False, 5)

@@ -62,3 +62,16 @@ def test_bad_input_is_refused_naming_what_is_wrong():
         fft(LIBRARY, torch.zeros(3, 0, 2))
     with pytest.raises(ValueError, match="Invalid normalization mode: 'unitary'"):
         fft(LIBRARY, torch.zeros(4, 2), norm="unitary")
+
+
+def test_the_plugins_kernel_matches_its_op_through_the_registrys_checks():
+    """shimkit::fft_c2c's MSL kernel, launched as its c-shim adapter dispatches it, against the op's CPU
+    implementation (torch.fft) on the plugin's own input strategy: what shimkit.testing runs for any plugin."""
+    from hypothesis import HealthCheck, settings
+
+    from shimkit.testing import assert_plugin_matches_reference
+
+    # values in [-1, 1] and up to 1000 points: float32 rounding of sums as large as about 30
+    assert_plugin_matches_reference("complex_fft", rtol=1e-5, atol=2e-5,
+                                    settings=settings(max_examples=40, derandomize=True, deadline=None,
+                                                      suppress_health_check=[HealthCheck.too_slow]))

@@ -1,7 +1,7 @@
 """The bundled zoo: small models written in code with random weights, each covering a pattern that
 real Metal users hit (the seed's split + linear, MobileNet classifiers, YOLO necks, a Parakeet-like
 conformer block, a KV-cache decoder step, cumsum, baddbmm, sort, and spectral models with complex
-values inside: an STFT front end, an iSTFT head, an rfft2 filter).
+values inside: an STFT front end, an iSTFT head, an rfft2 filter, an FNet mixer).
 
 Every factory returns ``(model, example_inputs)`` (``position_ids_dynamic`` adds its dynamic shapes) and seeds its own weights without touching the
 global RNG, so audits are reproducible and importing the zoo has no side effects.
@@ -49,4 +49,6 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
              "Vocos-like head: polar magnitude/phase resynthesized by istft (complex values inside)"),
     ZooModel("rfft2_global_filter", spectral.rfft2_global_filter,
              "GFNet-like block: a learned complex filter in the rfft2 domain, irfft2 back"),
+    ZooModel("fnet_mixer", spectral.fnet_mixer,
+             "FNet-like block: 512 tokens mixed by a 2-D FFT's real part (a long transform: the FFT kernel)"),
 )}

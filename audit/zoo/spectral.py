@@ -1,5 +1,5 @@
-"""Spectral models: an STFT magnitude front end, a Vocos-like iSTFT head and a GFNet-like rfft2 global
-filter block. Their inputs and outputs are real; the complex values in between are what shimkit's
+"""Spectral models: an STFT magnitude front end, a Vocos-like iSTFT head, a GFNet-like rfft2 global
+filter block and an FNet-like token mixer over 512 tokens (long enough for the FFT kernel on mps). Their inputs and outputs are real; the complex values in between are what shimkit's
 ``complex_pairs`` pass carries as real pairs (Metal has no complex dtype)."""
 
 from __future__ import annotations
@@ -57,6 +57,20 @@ class GlobalFilterBlock(nn.Module):
         return x + self.mlp(filtered)
 
 
+class FourierMixer(nn.Module):
+    """FNet's encoder block: tokens mixed by the real part of a 2-D DFT over hidden and sequence dims."""
+
+    def __init__(self, dim: int = 32) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.feed_forward = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mixed = torch.fft.fft(torch.fft.fft(x, dim=-1), dim=-2).real
+        x = self.norm(x + mixed)
+        return x + self.feed_forward(x)
+
+
 @seeded
 def stft_magnitude():
     return StftMagnitude(), (torch.randn(1, 400),)
@@ -70,3 +84,8 @@ def istft_head():
 @seeded
 def rfft2_global_filter():
     return GlobalFilterBlock(), (torch.randn(1, 8, 8, 16),)
+
+
+@seeded
+def fnet_mixer():
+    return FourierMixer(), (torch.randn(1, 512, 32),)

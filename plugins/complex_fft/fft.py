@@ -47,12 +47,33 @@ def fft(library, x: torch.Tensor, *, inverse: bool = False, norm: str | None = N
     """The discrete Fourier transform over the last complex dim of real pairs ``x`` (``[..., n, 2]``
     float32), as ``torch.fft.fft`` (``ifft`` with ``inverse``) computes it, through ``library`` (the
     compiled ``kernel/fft.metal``); a new tensor of ``x``'s shape."""
+    _check_pairs(x)
+    return _transform(library, x, inverse, norm_scale(x.shape[-2], norm, inverse))
+
+
+def launch_fft_c2c(library, self: torch.Tensor, inverse: bool, normalization: int) -> torch.Tensor:
+    """``shimkit::fft_c2c`` through ``library``, as ``fft_shim_mps.mm`` dispatches it: ATen's
+    ``fft_norm_mode`` (0 none, 1 by ``1 / sqrt(n)``, 2 by ``1 / n``) scales the last dispatch."""
+    _check_pairs(self)
+    return _transform(library, self, inverse, normalization_scale(self.shape[-2], normalization))
+
+
+def normalization_scale(n: int, normalization: int) -> float:
+    """ATen's ``fft_norm_mode`` as a factor: 0 none, 1 by ``1 / sqrt(n)``, 2 by ``1 / n``."""
+    if normalization not in (0, 1, 2):
+        raise ValueError(f"normalization must be ATen's fft_norm_mode 0, 1 or 2, got {normalization!r}")
+    return (1.0, 1 / math.sqrt(n), 1 / n)[normalization]
+
+
+def _check_pairs(x: torch.Tensor) -> None:
     if x.dtype != torch.float32 or x.dim() < 2 or x.shape[-1] != 2:
         raise ValueError(f"fft takes float32 real pairs [..., n, 2], got {x.dtype} of shape {list(x.shape)}")
-    n = x.shape[-2]
-    if n == 0:
+    if x.shape[-2] == 0:
         raise ValueError("fft of 0 points: torch.fft requires at least one")
-    scale = norm_scale(n, norm, inverse)
+
+
+def _transform(library, x: torch.Tensor, inverse: bool, scale: float) -> torch.Tensor:
+    n = x.shape[-2]
     rows = x.reshape(-1, n, 2).contiguous()
     if rows.shape[0] == 0:
         return x.new_empty(x.shape)
@@ -65,13 +86,12 @@ def fft(library, x: torch.Tensor, *, inverse: bool = False, norm: str | None = N
 
 def _stockham(library, rows: torch.Tensor, passes: list[int], sign: int, scale: float) -> torch.Tensor:
     n = rows.shape[1]
-    if not passes:  # one point: the transform is the scale
-        return rows * scale
+    passes = passes or [1]  # one point: a radix-1 pass writes it times the scale
     source, target = rows, torch.empty_like(rows)
     done = 1
     for index, radix in enumerate(passes):
         last = index == len(passes) - 1
-        library.fft_stockham_pass(target, source, n, radix, done, sign, scale if last else 1.0,
+        library.fft_stockham_pass_float(target, source, n, radix, done, sign, scale if last else 1.0,
                                   threads=(n // radix, rows.shape[0]), group_size=(min(n // radix, 256), 1))
         done *= radix
         source, target = target, (torch.empty_like(rows) if source is rows else source)
@@ -85,13 +105,13 @@ def _bluestein(library, rows: torch.Tensor, sign: int, scale: float) -> torch.Te
     assert power_of_two is not None  # a power of two is all radix 8, 4 and 2
     group = (min(m, 256), 1)
     chirped = torch.empty(batch, m, 2)
-    library.fft_bluestein_chirp(chirped, rows, n, m, sign, threads=(m, batch), group_size=group)
+    library.fft_bluestein_chirp_float(chirped, rows, n, m, sign, threads=(m, batch), group_size=group)
     spectrum = _stockham(library, chirped, power_of_two, -1, 1.0)
-    library.fft_bluestein_multiply(spectrum, _bluestein_filter(library, n, m, sign), m,
+    library.fft_bluestein_multiply_float(spectrum, _bluestein_filter(library, n, m, sign), m,
                                    threads=(m, batch), group_size=group)
     convolved = _stockham(library, spectrum, power_of_two, 1, 1 / m)
     out = torch.empty_like(rows)
-    library.fft_bluestein_finish(out, convolved, n, m, sign, scale, threads=(n, batch), group_size=(min(n, 256), 1))
+    library.fft_bluestein_finish_float(out, convolved, n, m, sign, scale, threads=(n, batch), group_size=(min(n, 256), 1))
     return out
 
 
@@ -102,5 +122,5 @@ def _bluestein_filter(library, n: int, m: int, sign: int) -> torch.Tensor:
     power_of_two = radices(m)
     assert power_of_two is not None
     kernel = torch.empty(1, m, 2)
-    library.fft_bluestein_filter(kernel, n, m, sign, threads=m, group_size=min(m, 256))
+    library.fft_bluestein_filter_float(kernel, n, m, sign, threads=m, group_size=min(m, 256))
     return _stockham(library, kernel, power_of_two, -1, 1.0)

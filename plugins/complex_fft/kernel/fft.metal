@@ -22,7 +22,7 @@ inline float2 rotate(float2 v, float angle) {
 }
 
 // One radix pass: `done` is the product of the radices of earlier passes.
-kernel void fft_stockham_pass(device float2* out [[buffer(0)]], constant float2* in [[buffer(1)]],
+kernel void fft_stockham_pass_float(device float2* out [[buffer(0)]], constant float2* in [[buffer(1)]],
                               constant uint& n [[buffer(2)]], constant uint& radix [[buffer(3)]],
                               constant uint& done [[buffer(4)]], constant int& sign [[buffer(5)]],
                               constant float& scale [[buffer(6)]], uint2 position [[thread_position_in_grid]]) {
@@ -56,7 +56,7 @@ inline float2 chirp(uint j, uint n, int sign) {
 inline float2 times(float2 a, float2 b) { return float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x); }
 
 // Bluestein, first step: rows of n values times the chirp, zero-padded to m.
-kernel void fft_bluestein_chirp(device float2* out [[buffer(0)]], constant float2* in [[buffer(1)]],
+kernel void fft_bluestein_chirp_float(device float2* out [[buffer(0)]], constant float2* in [[buffer(1)]],
                                 constant uint& n [[buffer(2)]], constant uint& m [[buffer(3)]],
                                 constant int& sign [[buffer(4)]], uint2 position [[thread_position_in_grid]]) {
   const uint j = position.x;
@@ -65,7 +65,7 @@ kernel void fft_bluestein_chirp(device float2* out [[buffer(0)]], constant float
 }
 
 // The filter: the conjugate chirp at circular offsets -(n - 1) .. n - 1 of a row of m.
-kernel void fft_bluestein_filter(device float2* out [[buffer(0)]], constant uint& n [[buffer(1)]],
+kernel void fft_bluestein_filter_float(device float2* out [[buffer(0)]], constant uint& n [[buffer(1)]],
                                  constant uint& m [[buffer(2)]], constant int& sign [[buffer(3)]],
                                  uint j [[thread_position_in_grid]]) {
   if (j >= m) return;
@@ -74,7 +74,7 @@ kernel void fft_bluestein_filter(device float2* out [[buffer(0)]], constant uint
 }
 
 // Each row's spectrum times the filter's.
-kernel void fft_bluestein_multiply(device float2* rows [[buffer(0)]], constant float2* filter [[buffer(1)]],
+kernel void fft_bluestein_multiply_float(device float2* rows [[buffer(0)]], constant float2* filter [[buffer(1)]],
                                    constant uint& m [[buffer(2)]], uint2 position [[thread_position_in_grid]]) {
   if (position.x >= m) return;
   device float2& value = rows[ulong(position.y) * m + position.x];
@@ -82,7 +82,7 @@ kernel void fft_bluestein_multiply(device float2* rows [[buffer(0)]], constant f
 }
 
 // Last step: the first n values of each row times the chirp and `scale`.
-kernel void fft_bluestein_finish(device float2* out [[buffer(0)]], constant float2* in [[buffer(1)]],
+kernel void fft_bluestein_finish_float(device float2* out [[buffer(0)]], constant float2* in [[buffer(1)]],
                                  constant uint& n [[buffer(2)]], constant uint& m [[buffer(3)]],
                                  constant int& sign [[buffer(4)]], constant float& scale [[buffer(5)]],
                                  uint2 position [[thread_position_in_grid]]) {
