@@ -42,6 +42,15 @@ def _op_candidates(kernel: KernelCall) -> list[str]:
     return list(dict.fromkeys(names + functional))
 
 
+# Ops whose result the device's runtime cannot hold, whatever a plugin ships.
+_NO_KERNEL_CAN = {
+    ("mps", "aten::view_as_complex.default"):
+        "a complex value is a graph output here, and ExecuTorch's Metal runtime has no complex dtype (its "
+        "tensors are real or integer), so no kernel can return it: return torch.view_as_real(...) of it "
+        "instead; the complex_pairs pass carries everything before it as real pairs (docs/complex.md)",
+}
+
+
 def fix_hints(kernel: KernelCall, run: AuditRun) -> list[str]:
     """What would make a missing kernel go away, from what the registry knows (blocked plugins too)."""
     ops = _op_candidates(kernel)
@@ -81,7 +90,9 @@ def fix_hints(kernel: KernelCall, run: AuditRun) -> list[str]:
                          f"the decomposition (e.g. a post-grad fusion); a shim or a post-grad pass is needed")
     if not hints:
         op = ops[0] if ops else kernel.name
-        if kernel.mechanism == PROXY_EXECUTOR:
+        if (run.target.device, op) in _NO_KERNEL_CAN:
+            hints.append(_NO_KERNEL_CAN[run.target.device, op])
+        elif kernel.mechanism == PROXY_EXECUTOR:
             hints.append(f"{op} has no c-shim at all, so Inductor routes it to the proxy executor, which "
                          f"the libtorch-free runtime lacks: add an OpPlugin with a decomposition into "
                          f"supported ops, or a pass that removes it ({FIX_DOC})")

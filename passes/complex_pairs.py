@@ -114,9 +114,22 @@ def _product(op: Callable[..., torch.Tensor]) -> Callable[..., _Pair]:
             pair, other = (a, b) if isinstance(a, _Pair) else (b, a)
             first = isinstance(a, _Pair)
             return _Pair(*(op(part, other) if first else op(other, part) for part in (pair.real, pair.imag)))
-        return _Pair(op(a.real, b.real) - op(a.imag, b.imag), op(a.real, b.imag) + op(a.imag, b.real))
+        if a.real.dim() < 2 or b.real.dim() < 2:
+            return _Pair(op(a.real, b.real) - op(a.imag, b.imag), op(a.real, b.imag) + op(a.imag, b.real))
+        return _one_product(op, a, b.real, b.imag)
 
     return product
+
+
+def _one_product(op: Callable[..., torch.Tensor], a: _Pair, b_real: torch.Tensor, b_imag: torch.Tensor) -> _Pair:
+    """``a @ (b_real + i b_imag)`` as one real product, ``[ar ai] @ [[br bi], [-bi br]]``: not the four
+    that ``a.real @ b.real - a.imag @ b.imag`` takes, which Inductor's ``mm_plus_mm`` pattern (on under
+    ``max_autotune``, as ExecuTorch's Metal backend sets it) would fuse into ``aoti_torch__mm_plus_mm_out``,
+    a kernel the Metal runtime lacks."""
+    columns = b_real.shape[-1]
+    block = torch.cat([torch.cat([b_real, b_imag], -1), torch.cat([-b_imag, b_real], -1)], -2)
+    out = op(torch.cat([a.real, a.imag], -1), block)
+    return _Pair(out[..., :columns], out[..., columns:])
 
 
 def _hypot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -154,10 +167,9 @@ def _dft(value: _Pair, dim: int, outputs: int, forward: bool, kernel: _FftKernel
         return _Pair(spectrum[..., 0], spectrum[..., 1])
     angles = _angles(outputs, length, length, value.real.device)
     cos, sin = angles.cos(), angles.sin() * (-1.0 if forward else 1.0)
-    real, imag = value.real.movedim(dim, -1), value.imag.movedim(dim, -1)
-    out_real = real @ cos.mT - imag @ sin.mT
-    out_imag = real @ sin.mT + imag @ cos.mT
-    return _Pair(out_real.movedim(-1, dim), out_imag.movedim(-1, dim))
+    rows = _Pair(value.real.movedim(dim, -1), value.imag.movedim(dim, -1))
+    out = _one_product(torch.matmul, rows, cos.mT, sin.mT)
+    return _Pair(out.real.movedim(-1, dim), out.imag.movedim(-1, dim))
 
 
 def _normalized(value: _Pair | torch.Tensor, normalization: int, points: int) -> Any:
@@ -208,7 +220,9 @@ def _fft_c2r(z: _Pair, dim: list[int], normalization: int, last_dim_size: int, *
     # Each term stands for itself and its mirror image, except k = 0 and, for even n, k = n / 2.
     weights = torch.where((k == 0) | (2 * k == n), 1.0, 2.0).to(torch.float32)
     cos, sin = angles.cos() * weights, angles.sin() * weights
-    result = (real.movedim(last, -1) @ cos.mT - imag.movedim(last, -1) @ sin.mT).movedim(-1, last)
+    # One product, as _one_product's real part.
+    result = (torch.cat([real.movedim(last, -1), imag.movedim(last, -1)], -1)
+              @ torch.cat([cos.mT, -sin.mT], -2)).movedim(-1, last)
     return _normalized(result, normalization, points)
 
 
@@ -393,6 +407,7 @@ class ComplexPairs(ShimkitPass):
             with value.fake_mode if isinstance(value, FakeTensor) else contextlib.nullcontext():
                 restored.meta["val"] = aten.view_as_complex.default(value.contiguous())
             restored.meta[_OUTPUT_META] = True
+            restored.meta.update({k: leaf.meta[k] for k in PROVENANCE_META if k in leaf.meta})
             output.replace_input_with(leaf, restored)
 
     def _rewrite(self, graph: fx.Graph, node: fx.Node, packed: dict[fx.Node, Any]) -> None:
