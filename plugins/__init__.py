@@ -9,6 +9,7 @@ BUILTIN_PACKAGE = "shimkit.plugins"
 BUILTIN_MODULES = (
     "mm",
     "bmm",
+    "mm_plus_mm",
     "convolution",
     "topk",
     "sdpa",
