@@ -6,6 +6,7 @@
 # AddressSanitizer and
 # UndefinedBehaviorSanitizer:
 #   bash csrc/sanitize.sh [PYTEST ARGS]
+#   bash csrc/sanitize.sh --files      (the test files it runs, one per line: CI runs them only here)
 # Builds shimkit._C and every registered kernel's host module (shimkit.testing.kernels) with
 # -fsanitize=address,undefined -fno-sanitize-recover=all (any UB aborts the run) into
 # $SHIMKIT_BUILD_DIR (default: a per-user temp folder), loads that build in place of the installed
@@ -16,6 +17,15 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 CXX="${CXX:-g++}"
+
+cd "$ROOT"
+SANITIZED_TESTS=(tests/test_kernel_*.py tests/test_metal_semantics.py tests/test_metal_fiber_switch.py
+  tests/test_metal_torch_ports.py tests/test_metal_mlx_convention.py tests/test_metal_mlx_lm_kernels.py
+  tests/test_plugin_sort.py tests/test_metal_program.py tests/test_metal_program_adapters.py)
+if [[ "${1:-}" == "--files" ]]; then
+  printf '%s\n' "${SANITIZED_TESTS[@]}"
+  exit 0
+fi
 
 # The two builds are independent compiler runs: side by side, one per core.
 SHIMKIT_SANITIZE=1 "$PY" -m shimkit.testing.kernels >/dev/null &
@@ -28,7 +38,4 @@ export SHIMKIT_SANITIZE=1
 export LD_PRELOAD="$("$CXX" -print-file-name=libasan.so) $("$CXX" -print-file-name=libubsan.so)"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:detect_odr_violation=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-cd "$ROOT"
-exec "$PY" -m pytest -q -p no:cacheprovider tests/test_kernel_*.py tests/test_metal_semantics.py tests/test_metal_fiber_switch.py \
-  tests/test_metal_torch_ports.py tests/test_metal_mlx_convention.py tests/test_metal_mlx_lm_kernels.py \
-  tests/test_plugin_sort.py tests/test_metal_program.py tests/test_metal_program_adapters.py "$@"
+exec "$PY" -m pytest -q -p no:cacheprovider "${SANITIZED_TESTS[@]}" "$@"
