@@ -44,7 +44,7 @@ from torch.utils import _pytree as pytree
 
 from shimkit.passes.base import PROVENANCE_META, PassContext, PassError, ShimkitPass, describe_node, verified_as_edge
 from shimkit.passes.meta import argument_key, fake_mode_of, guards_since, shape_env_of
-from shimkit.passes.ops import aten_op, edge_op, is_edge, is_getitem
+from shimkit.passes.ops import aten_op, bound_arguments, edge_op, is_edge, is_getitem
 from shimkit.registry.errors import DecompositionDeclined, declining_as_not_implemented
 
 
@@ -140,12 +140,8 @@ _MEMORY_FORMAT_OPS = {torch.ops.aten._to_copy.default, torch.ops.aten.clone.defa
 
 def _tensor_operands_given_numbers(node: fx.Node, op: torch._ops.OpOverload) -> list[str]:
     """Names of the ``Tensor`` parameters of ``op`` that ``node`` passes a Python number."""
-    names = []
-    for index, argument in enumerate(op._schema.arguments):
-        value = node.args[index] if index < len(node.args) else node.kwargs.get(argument.name)
-        if isinstance(argument.type, torch.TensorType) and isinstance(value, (bool, int, float)):
-            names.append(argument.name)
-    return names
+    return [argument.name for argument, value in bound_arguments(node, op)
+            if isinstance(argument.type, torch.TensorType) and isinstance(value, (bool, int, float))]
 
 
 def _scalar_overload(op: torch._ops.OpOverload, names: list[str]) -> torch._ops.OpOverload | None:

@@ -154,3 +154,18 @@ def may_write(target: Any) -> bool:
 
 def is_getitem(node: fx.Node) -> bool:
     return node.op == "call_function" and node.target is operator.getitem
+
+
+def bound_arguments(node: fx.Node, op: torch._ops.OpOverload) -> list[tuple[Any, Any]]:
+    """``(schema argument, value)`` for each parameter of ``op``, in schema order, from ``node``'s args and
+    kwargs, defaults filled in.
+
+    >>> graph = fx.Graph()
+    >>> x = graph.placeholder("x")
+    >>> node = graph.call_function(torch.ops.aten.add.Tensor, (x, 2))
+    >>> [(argument.name, value) for argument, value in bound_arguments(node, torch.ops.aten.add.Tensor)]
+    [('self', x), ('other', 2), ('alpha', 1)]
+    """
+    return [(argument, node.args[index] if index < len(node.args)
+             else node.kwargs.get(argument.name, argument.default_value))
+            for index, argument in enumerate(op._schema.arguments)]

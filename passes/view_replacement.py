@@ -51,8 +51,8 @@ from torch._prims_common import is_contiguous_or_false
 from shimkit.passes.base import PassContext, ShimkitPass, verified_as_edge
 from shimkit.passes.meta import (ValueComputer, argument_values, fake_mode_of, is_tensor_layout, layout,
                                  refresh_value, same_layout)
-from shimkit.passes.ops import (aten_op, is_edge, is_getitem, like, may_write, returns_alias_of_input,
-                                written_arguments)
+from shimkit.passes.ops import (aten_op, bound_arguments, is_edge, is_getitem, like, may_write,
+                                returns_alias_of_input, written_arguments)
 
 aten = torch.ops.aten
 
@@ -324,12 +324,6 @@ class ReplaceViewCopyWithView(ShimkitPass):
         node.meta["val"] = [items[i] if i in items else computer.value_of(s) for i, s in enumerate(spec)]
 
 
-def _bound_arguments(node: fx.Node, op: torch._ops.OpOverload) -> list[Any]:
-    """The node's argument values in ``op``'s schema order, defaults filled in."""
-    return [node.args[i] if i < len(node.args) else node.kwargs.get(a.name, a.default_value)
-            for i, a in enumerate(op._schema.arguments)]
-
-
 def _static_ints(*values: Any) -> bool:
     return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
 
@@ -341,7 +335,7 @@ def _core_view(node: fx.Node, view: torch._ops.OpOverload) -> tuple[torch._ops.O
     A ``view_copy`` becomes ``view`` only where the input's layout is settled: elsewhere only ``reshape``
     is sure to lower, and it is not core ATen.
     """
-    arguments = _bound_arguments(node, view)
+    arguments = [value for _, value in bound_arguments(node, view)]
     source = arguments[0]
     shape = source.meta["val"].shape
     if view is aten.view.default and not _layout_is_settled(source):
