@@ -294,19 +294,30 @@ def test_fft_adapter_computes_long_transforms_in_the_program(tmp_path):
     _assert_ran_clean(audit, "shimkit::fft_c2c")
 
 
-def _fft_c2c(runtime, x: torch.Tensor, inverse: bool, normalization: int) -> torch.Tensor:
-    entry = runtime.aoti_torch_mps_fft_c2c
-    entry.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p)]
+def _shim(runtime, symbol: str, *scalars) -> ctypes._CFuncPtr:
+    """The c-shim ``symbol(tensor, *scalars, AtenTensorHandle* ret0)`` of ``runtime``, typed for ctypes."""
+    entry = getattr(runtime, symbol)
+    entry.argtypes = [ctypes.c_void_p, *scalars, ctypes.POINTER(ctypes.c_void_p)]
     entry.restype = ctypes.c_int
+    return entry
+
+
+def _call_for_one_tensor(runtime, entry, x: torch.Tensor, *scalars) -> torch.Tensor:
+    """``entry(x, *scalars, &result)`` (it must succeed) and its result as a CPU tensor; every handle freed."""
     handle, result = program.tensor_handle(runtime, x), ctypes.c_void_p()
     try:
-        assert entry(handle, int(inverse), normalization, ctypes.byref(result)) == 0, program.take_failure(runtime)
+        assert entry(handle, *scalars, ctypes.byref(result)) == 0, program.take_failure(runtime)
         try:
             return program.tensor_from_handle(runtime, result.value)
         finally:
             runtime.aoti_torch_delete_tensor_object(result.value)
     finally:
         runtime.aoti_torch_delete_tensor_object(handle)
+
+
+def _fft_c2c(runtime, x: torch.Tensor, inverse: bool, normalization: int) -> torch.Tensor:
+    entry = _shim(runtime, "aoti_torch_mps_fft_c2c", ctypes.c_int32, ctypes.c_int64)
+    return _call_for_one_tensor(runtime, entry, x, int(inverse), normalization)
 
 
 @pytest.mark.parametrize("shape", [(2, 1, 2), (3, 64, 2), (2, 3, 360, 2), (2, 17, 2), (1, 1009, 2), (0, 8, 2)],
@@ -324,9 +335,7 @@ def test_fft_adapter_called_directly_matches_aten(runtime, shape, inverse, norma
 
 
 def test_fft_adapter_refuses_what_is_not_contiguous_float32_pairs(runtime):
-    entry = runtime.aoti_torch_mps_fft_c2c
-    entry.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p)]
-    entry.restype = ctypes.c_int
+    entry = _shim(runtime, "aoti_torch_mps_fft_c2c", ctypes.c_int32, ctypes.c_int64)
     for bad, normalization in ((torch.zeros(4, 3), 0), (torch.zeros(4, 2, dtype=torch.float64), 0),
                                (torch.zeros(2, 4).mT, 0), (torch.zeros(4, 2), 3), (torch.zeros(0, 2), 0)):
         handle, result = program.tensor_handle(runtime, bad), ctypes.c_void_p()
@@ -480,18 +489,7 @@ def test_nonzero_adapter_in_a_whole_program_given_a_size_accessor(tmp_path, monk
 
 
 def _nonzero(runtime, x: torch.Tensor) -> torch.Tensor:
-    entry = runtime.aoti_torch_mps_nonzero
-    entry.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
-    entry.restype = ctypes.c_int
-    handle, result = program.tensor_handle(runtime, x), ctypes.c_void_p()
-    try:
-        assert entry(handle, ctypes.byref(result)) == 0, program.take_failure(runtime)
-        try:
-            return program.tensor_from_handle(runtime, result.value)
-        finally:
-            runtime.aoti_torch_delete_tensor_object(result.value)
-    finally:
-        runtime.aoti_torch_delete_tensor_object(handle)
+    return _call_for_one_tensor(runtime, _shim(runtime, "aoti_torch_mps_nonzero"), x)
 
 
 @pytest.mark.parametrize("x", [
