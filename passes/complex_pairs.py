@@ -16,7 +16,7 @@ and spliced in place:
   multiplication by a real scalar ...) run on each part;
 - ``_fft_r2c``, ``_fft_c2c`` and ``_fft_c2r`` (what every ``torch.fft`` function and ``stft`` lower to) are
   discrete Fourier sums as real matrix products, one transformed dim at a time, with angles reduced
-  exactly (``(k t) mod n`` in int64 before the float32 ``cos``/``sin``) as in ``plugins/real_fft.py``.
+  exactly (``(k t) mod n`` in int64 before ``cos``/``sin`` in the values' dtype) as in ``plugins/real_fft.py``.
   They cost ``O(n)`` per output point: right for the short transforms models use (STFT frames). Longer
   ones go to an FFT op where the pass is given one (``fft_kernel``: ``shimkit::fft_c2c`` on mps), ``c2r``
   through the whole Hermitian spectrum.
@@ -141,11 +141,12 @@ def _hypot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(a.isinf() | b.isinf(), float("inf"), big * torch.sqrt(1 + ratio * ratio))
 
 
-def _angles(outputs: int, inputs: int, period: int, device: torch.device) -> torch.Tensor:
-    """``2 pi ((k t) mod period) / period`` as a [outputs, inputs] float32 matrix (t rows, k columns)."""
-    t = torch.arange(outputs, device=device).unsqueeze(-1)
-    k = torch.arange(inputs, device=device).unsqueeze(0)
-    return (t * k % period).to(torch.float32) * (2 * math.pi / period)
+def _angles(outputs: int, inputs: int, period: int, like: torch.Tensor) -> torch.Tensor:
+    """``2 pi ((k t) mod period) / period`` as a [outputs, inputs] matrix (t rows, k columns) of ``like``'s
+    floating dtype and device."""
+    t = torch.arange(outputs, device=like.device).unsqueeze(-1)
+    k = torch.arange(inputs, device=like.device).unsqueeze(0)
+    return (t * k % period).to(like.dtype) * (2 * math.pi / period)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,16 +157,21 @@ class _FftKernel:
     op: Callable[..., torch.Tensor]
     from_points: int
 
+    def takes(self, values: torch.Tensor, points: int) -> bool:
+        """Whether a transform of ``points`` points over ``values``' dtype goes to the op (float32 only:
+        the kernel's; float64 stays a matmul, for the float64 policy to see)."""
+        return points >= self.from_points and values.dtype == torch.float32
+
 
 def _dft(value: _Pair, dim: int, outputs: int, forward: bool, kernel: _FftKernel | None) -> _Pair:
     """The unnormalized DFT of ``value`` along ``dim`` (its full length), its first ``outputs`` points:
     through ``kernel`` where it takes that length, else as two real matrix products."""
     length = value.real.shape[dim]
-    if kernel is not None and length >= kernel.from_points:
+    if kernel is not None and kernel.takes(value.real, length):
         rows = torch.stack([value.real, value.imag], dim=-1).movedim(dim, -2).contiguous()
         spectrum = kernel.op(rows, not forward, 0).narrow(-2, 0, outputs).movedim(-2, dim)
         return _Pair(spectrum[..., 0], spectrum[..., 1])
-    angles = _angles(outputs, length, length, value.real.device)
+    angles = _angles(outputs, length, length, value.real)
     cos, sin = angles.cos(), angles.sin() * (-1.0 if forward else 1.0)
     rows = _Pair(value.real.movedim(dim, -1), value.imag.movedim(dim, -1))
     out = _one_product(torch.matmul, rows, cos.mT, sin.mT)
@@ -209,16 +215,16 @@ def _fft_c2r(z: _Pair, dim: list[int], normalization: int, last_dim_size: int, *
     half = n // 2 + 1
     real, imag = z.real.narrow(last, 0, half), z.imag.narrow(last, 0, half)
     points = n * math.prod(z.real.shape[d] for d in dims[:-1])
-    if kernel is not None and n >= kernel.from_points:
+    if kernel is not None and kernel.takes(real, n):
         # The whole Hermitian spectrum, X[n - k] = conj(X[k]); the real part of its inverse transform
         # ignores the imaginary parts of X[0] and X[n / 2], as ATen's c2r does.
         mirror = (real.narrow(last, 1, n - half).flip(last), -imag.narrow(last, 1, n - half).flip(last))
         whole = _Pair(torch.cat([real, mirror[0]], last), torch.cat([imag, mirror[1]], last))
         return _normalized(_dft(whole, last, n, False, kernel).real, normalization, points)
-    angles = _angles(n, half, n, real.device)
+    angles = _angles(n, half, n, real)
     k = torch.arange(half, device=real.device)
     # Each term stands for itself and its mirror image, except k = 0 and, for even n, k = n / 2.
-    weights = torch.where((k == 0) | (2 * k == n), 1.0, 2.0).to(torch.float32)
+    weights = torch.where((k == 0) | (2 * k == n), 1.0, 2.0).to(real.dtype)
     cos, sin = angles.cos() * weights, angles.sin() * weights
     # One product, as _one_product's real part.
     result = (torch.cat([real.movedim(last, -1), imag.movedim(last, -1)], -1)

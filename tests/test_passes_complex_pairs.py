@@ -206,3 +206,17 @@ def test_fft_op_options_are_checked():
         fft_c2c(torch.zeros(3, 4), False, 0)
     with pytest.raises(ValueError, match="normalization must be ATen's fft_norm_mode 0, 1 or 2, got 5"):
         fft_c2c(torch.zeros(3, 2), False, 5)
+
+
+class _RoundTrip(torch.nn.Module):
+    def forward(self, x):
+        return torch.fft.irfft(torch.fft.rfft(x) * 2, n=x.shape[-1]) + torch.fft.fft(x).abs()
+
+
+def test_float64_transforms_are_float64_matmuls_not_the_float32_kernel():
+    """The FFT op is float32 (Metal's kernel); a float64 transform stays a DFT in float64, exact to float64
+    rounding, for the float64 policy (or the audit) to see as float64."""
+    x = torch.randn(2, 300, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    program = _made_real(_RoundTrip(), x, fft_kernel=torch.ops.shimkit.fft_c2c.default)
+    assert not _calls_fft_op(program)
+    torch.testing.assert_close(program.module()(x), _RoundTrip()(x), rtol=1e-10, atol=1e-10)
