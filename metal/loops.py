@@ -52,6 +52,9 @@ DIRECT = {"simd_sum", "simd_product", "simd_min", "simd_max", "simd_and", "simd_
           "simd_prefix_exclusive_product", "simd_broadcast", "simd_broadcast_first", "simd_shuffle",
           "simd_shuffle_down", "simd_shuffle_up", "simd_shuffle_xor", "simd_shuffle_rotate_down",
           "simd_shuffle_rotate_up", "simd_ballot", "simd_any", "simd_all"}
+# Words in a type's spelling that C++ cannot write where the type is needed (Clang's names for deduced,
+# dependent and unnamed types).
+UNNAMEABLE = ("auto", "dependent", "(lambda", "(anonymous", "(unnamed")
 COLLECTIVE = re.compile(r"^(simd_\w+|quad_\w+)$")
 MAX_THREADS = "::shimkit_metal::kMaxGroupThreads"
 ASSIGNMENTS = {"=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--"}
@@ -341,14 +344,21 @@ class _GroupWriter:
         self.declared: list[str] = []  # declarations to place before the statement being written
         self.edits: list[tuple[int, int, str]] = []   # names qualified in inlined functions' bodies
         self.inlined: list[tuple[str | None, str]] = []  # (result, returned) of each function being inlined
+        # A region tests an inlined function's `returned` flags only where one of its returns may have run
+        # before it (`may_return`), and records the flags it tests and the masks such a test clears (an
+        # inlined function whose mask nothing clears runs under its caller's).
+        self.may_return: set[str] = set()
+        self.tested: set[str] = set()
+        self.cleared: set[str] = set()
+        self.hoisted: list[str] = []  # names declared at group level (a region joined across them could see them)
         self.names = 0
         arguments = _parameters(kernel)
         if len(arguments) != len(parameters):
             raise Unsplittable("libclang and the front end read different parameter lists")
         self.body_cursor = _body(kernel)
-        modified = self._modified(arguments)
+        modified = self._modified(arguments, self.body_cursor)
         self.buffers: list[str] = []
-        self.thread_values: list[str] = []
+        self.thread_values: list[tuple[str, str]] = []  # (name, declaration) of the kernel's thread parameters
         outer: list[tuple[str, str]] = []
         for argument, parameter in zip(arguments, parameters):
             name, spelled = argument.spelling, argument.type.spelling
@@ -359,7 +369,7 @@ class _GroupWriter:
                     storage = self._fresh("p")
                     self.storage.append(f"std::remove_cv_t<{spelled}> {storage}[{MAX_THREADS}]; "
                                         f"for (unsigned t = 0; t < shimkit_count; ++t) {storage}[t] = {name};")
-                    outer.append((name, storage))
+                    outer.append((name, f"{storage}[shimkit_t]"))
                 continue
             if name in modified:
                 raise Unsplittable(f"it assigns its thread parameter {name}")
@@ -371,7 +381,9 @@ class _GroupWriter:
                 value = f"::shimkit_metal::from_index<{spelled}>({THREAD_INDEX[parameter.binding]})"
             else:
                 value = f"::shimkit_metal::from_index<{spelled}>({parameter.binding})"
-            self.thread_values.append(f"auto {name} = {value};")
+            self.thread_values.append((name, f"auto {name} = {value};"))
+        # (name, the thread's element it names in a region: `shimkit_v1[shimkit_t]`, or a value shared by
+        # the group's threads) by block
         self.scopes: list[list[tuple[str, str]]] = [outer]
         self.replacing: list[tuple[int, int, str]] = []
         self.loop_depth = 0
@@ -454,11 +466,11 @@ class _GroupWriter:
         self.names += 1
         return f"shimkit_{what}{self.names}"
 
-    def _modified(self, parameters: list) -> set[str]:
+    def _modified(self, parameters: list, body) -> set[str]:
         """The parameters the body may assign: ``p = ...``, ``p += ...``, ``++p``, ``p.x = ...``,
         ``p[0] = ...`` (for a value, not a pointer), or whose address it takes."""
         kinds = {p.spelling: _kind(p.type) for p in parameters}
-        tokens = [t.spelling for t in self.body_cursor.get_tokens()]
+        tokens = [t.spelling for t in body.get_tokens()]
         modified = set()
         for i, token in enumerate(tokens):
             if token not in kinds or (i > 0 and tokens[i - 1] in (".", "->", "::")):
@@ -494,7 +506,11 @@ class _GroupWriter:
     # ---- writing ----
 
     def write(self) -> str:
-        body = self._block(list(self.body_cursor.get_children()), "shimkit_g.alive")
+        # The front end's dry call that measures threadgroup memory calls the kernel, not its group
+        # function; reading its thread_local flag once per group instead of in a region keeps a
+        # `__tls_get_addr` call out of every thread's iteration.
+        body = self._block(list(self.body_cursor.get_children()), "shimkit_g.alive").replace(
+            "::shimkit_metal::measuring", "shimkit_measuring")
         start = self.src.start(self.kernel)
         name_at = self.src.start(next(t for t in self.kernel.get_tokens() if t.spelling == self.kernel.spelling))
         head = " ".join(self._text(start, name_at).split()) + " "
@@ -502,18 +518,27 @@ class _GroupWriter:
                                 "::shimkit_metal::uint shimkit_count"])
         return (f"{head}{self.kernel.spelling}{SPLIT_SUFFIX}({parameters}) {{ "
                 f"::shimkit_metal::LoopGroup shimkit_g(shimkit_base, shimkit_count); "
+                f"const bool shimkit_measuring = ::shimkit_metal::measuring; (void)shimkit_measuring; "
                 f"{' '.join(self.storage)} {body} }}")
 
-    def _preamble(self, mask: str) -> tuple[str, str]:
-        """Each region's opening: the thread's coordinates, its per-thread variables by their names, and
+    def _preamble(self, mask: str, code: str) -> tuple[str, str]:
+        """Each region's opening: the thread's coordinates that ``code`` names (the others would cost a
+        division per thread for a group that is not flat), its per-thread variables by their names, and
         (in an inlined function) leaving the region when the thread has returned from it."""
-        opening = " ".join(self.thread_values)
+        opening = " ".join(d for name, d in self.thread_values if re.search(rf"\b{name}\b", code))
         for _, returned in self.inlined:
-            opening += f" if ({returned}[shimkit_t]) {{ {mask}[shimkit_t] = false; return true; }}"
+            if returned in self.may_return:
+                opening += f" if ({returned}[shimkit_t]) {{ {mask}[shimkit_t] = false; return true; }}"
+                self.tested.add(returned)
+                self.cleared.add(mask)
+        # The returns in this region's code take effect for the regions written after it (a thread that
+        # returns leaves this one there and then); regions run in the order they are written but for a
+        # loop's, which _inline sees to.
+        self.may_return.update(returned for _, returned in self.inlined if f"{returned}[shimkit_t] = true" in code)
         closing = ""
         for scope in self.scopes:
             if scope:
-                opening += " { " + " ".join(f"auto& {n} = {s}[shimkit_t];" for n, s in scope)
+                opening += " { " + " ".join(f"auto& {n} = {s};" for n, s in scope)
                 closing += " }"
         return opening, closing
 
@@ -528,19 +553,72 @@ class _GroupWriter:
                       else m.group(0), code)
 
     def _region(self, mask: str, code: str) -> str:
-        if not code.strip():
-            return ""
+        return _Region(mask, self._fragment(mask, code)) if code.strip() else ""
+
+    def _fragment(self, mask: str, code: str) -> str:
+        """A region's code for one thread, with its preamble."""
         code = self._bound(code)
-        opening, closing = self._preamble(mask)
-        return (f"shimkit_g.region({mask}, [&](unsigned shimkit_t) -> bool {{ {opening} {code} {closing} "
-                f"return true; }});")
+        opening, closing = self._preamble(mask, code)
+        return f"{opening} {code} {closing}"
+
+    def _thread_code(self, mask: str, pending: list[str]) -> str:
+        """One thread's code in a region for the pending statements, with the preamble that binds their
+        names, and the code carried in from a caller (_Carried: already bound)."""
+        pieces: list[str] = []
+        statements: list[str] = []
+
+        def bind() -> None:
+            code = " ".join(statements)
+            statements.clear()
+            if code.strip():
+                pieces.append(self._fragment(mask, code))
+
+        for entry in pending:
+            if isinstance(entry, _Carried):
+                bind()
+                pieces.append(entry)
+            else:
+                statements.append(entry)
+        bind()
+        return pieces[0] if len(pieces) == 1 else " ".join(f"{{ {piece} }}" for piece in pieces)
+
+    def _carried(self, mask: str, pending: list[str], hidden: set[str]) -> _Carried | None:
+        """The pending statements as one thread's code for a region to come, which ``hidden`` names are
+        visible in; None where they would hide a name of theirs."""
+        text = " ".join(pending)
+        if not text.strip() or hidden & set(re.findall(r"[A-Za-z_]\w*", text)):
+            return None
+        code = self._thread_code(mask, pending)
+        pending.clear()
+        return _Carried(code)
+
+    def _join(self, before, mask: str, pending: list[str]) -> _Text | None:
+        """``before`` (group-level code) with the region that would follow it under ``mask`` joined to the
+        region it ends with, where that runs under the same mask and nothing but the ends of blocks lies
+        between them (the last region of an inlined function, and its caller's statements after the
+        call): one loop over the threads instead of two. None where that does not apply."""
+        last = before.last if isinstance(before, _Text) else None
+        text = " ".join(pending)
+        if last is None or last.mask != mask or not text.strip():
+            return None
+        at = before.rindex(last)
+        if before[at + len(last):].strip(" }"):
+            return None
+        if before.hidden & set(re.findall(r"[A-Za-z_]\w*", text)):
+            return None  # a name the blocks between declare would hide the caller's
+        fragment = self._thread_code(mask, pending)
+        # The first part's returns leave it alone; a thread it took out of the mask skips the second.
+        joined = _Region(mask, f"if (![&]() -> bool {{ {last.fragment} return true; }}()) return false; "
+                               f"if (!{mask}[shimkit_t]) return true; {{ {fragment} }}")
+        return _Text(before[:at] + joined + before[at + len(last):], joined, before.hidden)
 
     def _collective(self, mask: str, call: str, code: str, reaches: int) -> str:
         call, code = self._bound(call), self._bound(code)
-        opening, closing = self._preamble(mask)
+        opening, closing = self._preamble(mask, call)
+        statement_opening, statement_closing = self._preamble(mask, code)
         return (f"shimkit_g.collective<{reaches}>({mask}, [&](unsigned shimkit_t) -> bool {{ {opening} (void)({call}); "
                 f"{closing} return true; }}, "
-                f"[&](unsigned shimkit_t) -> bool {{ {opening} {code} {closing} return true; }});")
+                f"[&](unsigned shimkit_t) -> bool {{ {statement_opening} {code} {statement_closing} return true; }});")
 
     def _evaluate(self, mask: str, cursor, code: Callable[[], str]) -> str:
         """Runs ``code()`` (which evaluates ``cursor``) per thread: a region, or a split around its
@@ -598,21 +676,28 @@ class _GroupWriter:
         types = [_nameable(parameter.type) for parameter in parameters] + [_nameable(declared.result_type)]
         if any(t is None for t in types):
             return None
-        operands = [self._fresh("o") for _ in arguments]
+        operands, evaluate, storage = [], [], []
+        for argument, parameter, type_ in zip(arguments, parameters, types):
+            # An operand that is a per-thread variable of the parameter's type is combined from its array.
+            element = self._variable_element(argument, parameter.type.get_canonical(), arguments)
+            if element is not None and element.endswith("[shimkit_t]"):
+                operands.append(element[:-len("[shimkit_t]")])
+                continue
+            operands.append(self._fresh("o"))
+            evaluate.append(f"{operands[-1]}[shimkit_t] = ({self._code_of_expression(argument)});")
+            storage.append(f"std::remove_cv_t<{type_}> {operands[-1]}[{MAX_THREADS}];")
         result = self._fresh("c")
-        evaluate = " ".join(f"{operand}[shimkit_t] = ({self._code_of_expression(argument)});"
-                            for operand, argument in zip(operands, arguments))
+        storage.append(f"std::remove_cv_t<{types[-1]}> {result}[{MAX_THREADS}];")
         saved = self.replacing
         self.replacing = [*saved, (self.src.start(call), self.src.end(call), f"{result}[shimkit_t]")]
         try:
             statement = code()
         finally:
             self.replacing = saved
-        storage = " ".join(f"std::remove_cv_t<{t}> {n}[{MAX_THREADS}];" for t, n in zip(types, [*operands, result]))
         pointers = ", ".join(f"{n} + shimkit_first" for n in [result, *operands])
         combine = (f"shimkit_g.lanes({mask}, [&](const bool* shimkit_on, unsigned shimkit_first) {{ "
                    f"::metal::lanes::{name}(shimkit_on, {pointers}); }});")
-        return storage, evaluate, combine, statement
+        return " ".join(storage), " ".join(evaluate), combine, statement
 
     def _reaches(self, calls: list) -> int:
         """At most how many combines evaluating ``calls`` reaches, when each call in them is one of
@@ -629,14 +714,22 @@ class _GroupWriter:
                 count += 2 if _callee_name(node) in TWO_COMBINES else 1
         return count
 
-    def _block(self, statements: list, mask: str) -> str:
+    def _block(self, statements: list, mask: str, carried: _Carried | None = None) -> _Text:
+        """The group-level code of a block; ``carried``: a region's code that runs first in its first region
+        (an inlined function's caller's statements before the call)."""
         out: list[str] = []
-        pending: list[str] = []
+        pending: list[str] = [carried] if carried else []
+        hoisted_from = len(self.hoisted)
 
-        def flush() -> None:
-            if pending:
-                out.append(self._region(mask, " ".join(pending)))
-                pending.clear()
+        def flush(prelude: str = "") -> None:
+            """Writes the pending statements as a region, after ``prelude`` (group-level code)."""
+            joined = self._join(out[-1], mask, pending) if out else None
+            if joined is not None:
+                out[-1:] = [text for text in (prelude, joined) if text]
+            else:
+                code = self._thread_code(mask, pending)
+                out.extend(text for text in (prelude, _Region(mask, code) if code.strip() else "") if text)
+            pending.clear()
 
         for statement in statements:
             before = len(out)
@@ -644,9 +737,10 @@ class _GroupWriter:
             out[before:before] = self.declared
             self.declared = []
         flush()
-        return " ".join(out)
+        out = [text for text in out if text]
+        return _ending(" ".join(out), out[-1] if out else None, set(self.hoisted[hoisted_from:]))
 
-    def _statement(self, statement, mask: str, out: list[str], pending: list[str], flush: Callable[[], None]) -> None:
+    def _statement(self, statement, mask: str, out: list[str], pending: list[str], flush: Callable[..., None]) -> None:
         kind = statement.kind.name
         splits = self._splits(statement)
         inline = [c for c in splits if self.reach.kind(c) == "inline"]
@@ -701,7 +795,7 @@ class _GroupWriter:
                                f"inside {kind.lower().replace('_stmt', '')}")
 
     def _split_directly(self, statement, splits: list, mask: str, out: list[str], pending: list[str],
-                        flush: Callable[[], None], code: Callable[[], str]) -> bool:
+                        flush: Callable[..., None], code: Callable[[], str]) -> bool:
         """A statement split at a direct simdgroup call (``_direct``) shares its regions: its operands are
         evaluated with the statements before it, and it runs with those after (no thread waits for
         another between two split points)."""
@@ -710,6 +804,13 @@ class _GroupWriter:
             return False
         storage, operands, combine, evaluated = direct
         self.declared.append(storage)
+        # A thread that returns from an inlined function in the region before the combine takes no part
+        # in it (the next region's test would take it out of the mask only after the combine).
+        leaving = [re.sub(r"(shimkit_x\d+\[shimkit_t\] = true; )return true;", rf"\1{mask}[shimkit_t] = false; return true;",
+                          entry) for entry in pending]
+        if leaving != pending:
+            self.cleared.add(mask)
+            pending[:] = [_Carried(new) if isinstance(old, _Carried) else new for old, new in zip(pending, leaving)]
         pending.append(operands)
         flush()
         out.append(combine)
@@ -750,7 +851,7 @@ class _GroupWriter:
                 raise Unsplittable(f"line {line}: a call to {_callee_name(call)}, which reaches a barrier, under ?:")
         return call
 
-    def _inline(self, call, mask: str, out: list[str], pending: list[str], flush: Callable[[], None]) -> str | None:
+    def _inline(self, call, mask: str, out: list[str], pending: list[str], flush: Callable[..., None]) -> str | None:
         """Writes the body of the function ``call`` calls at group level; returns the per-thread array of
         its results (None for void). The body is the instantiation Clang made for this call, so its
         variables have their types; its names are qualified, as they are looked up where it is written.
@@ -776,9 +877,10 @@ class _GroupWriter:
         returned, inner = self._fresh("x"), self._fresh("m")
         storage = [f"std::remove_cv_t<{result_type.spelling}> {result}[{MAX_THREADS}];" if result else ""]
         parts = ["{"]
+        template_names: list[str] = []  # aliases the body's block declares
         pattern = cindex.conf.lib.clang_getSpecializedCursorTemplate(definition)
         if pattern is not None and _kind(pattern) == "FUNCTION_TEMPLATE":
-            names = [c.spelling for c in pattern.get_children()
+            template_names = names = [c.spelling for c in pattern.get_children()
                      if _kind(c) in ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER")]
             for index, parameter in enumerate(names):
                 if not parameter:
@@ -793,7 +895,8 @@ class _GroupWriter:
                     parts.append(f"constexpr auto {parameter} = {definition.get_template_argument_value(index)};")
                 else:
                     raise Unsplittable(f"line {line}: {name} has a template argument of kind {kind.lower()}")
-        bound, assignments = [], []
+        bound, assignments, shared = [], [], []
+        modified = self._modified(parameters, _body(definition))
         for parameter, argument in zip(parameters, arguments):
             kind = _kind(parameter.type)
             declared_type = parameter.type.get_canonical()
@@ -803,30 +906,99 @@ class _GroupWriter:
                 declared_type = declared_type.get_pointee()
             if self._splits(argument):
                 raise Unsplittable(f"line {line}: an argument of {name} has a barrier or simdgroup function")
+            value = self._code_of_expression(argument)
+            if parameter.spelling and parameter.spelling not in modified:
+                # A parameter the body leaves alone names the caller's element where the argument is a
+                # per-thread variable of its type, or one value for the group where it is a constant: no
+                # per-thread copy.
+                same = self._variable_element(argument, declared_type, arguments)
+                if same is not None:
+                    bound.append((parameter.spelling, same))
+                    continue
+                if self._uniform(argument):
+                    constant = self._fresh("u")
+                    shared.append(f"std::remove_cv_t<{declared_type.spelling}> {constant} = ({value});")
+                    bound.append((parameter.spelling, constant))
+                    continue
             array = self._fresh("a")
             storage.append(f"std::remove_cv_t<{declared_type.spelling}> {array}[{MAX_THREADS}];")
-            assignments.append(f"{array}[shimkit_t] = ({self._code_of_expression(argument)});")
+            assignments.append(f"{array}[shimkit_t] = ({value});")
             if parameter.spelling:
-                bound.append((parameter.spelling, array))
+                bound.append((parameter.spelling, f"{array}[shimkit_t]"))
         out.append(" ".join(a for a in storage if a))
         pending.append(" ".join(assignments))
-        flush()
-        parts.append(f"bool {returned}[{MAX_THREADS}]; bool {inner}[{MAX_THREADS}]; "
-                     f"for (unsigned t = 0; t < shimkit_count; ++t) {{ {returned}[t] = false; {inner}[t] = {mask}[t]; }}")
+        # The caller's statements before the call (and its arguments) run in the body's first region,
+        # unless a name the body's block declares would hide one of theirs.
+        top = {c.spelling for statement in _body(definition).get_children() if _kind(statement) == "DECL_STMT"
+               for c in statement.get_children()}
+        carried = self._carried(mask, pending, top | set(template_names))
+        if carried is None:
+            flush()
+        parts += shared  # constants: the same before and after the caller's statements
+        flags_at = len(parts)
         self._qualify(_body(definition))
         if pattern is not None and _kind(pattern) == "FUNCTION_TEMPLATE" and _body(pattern) is not None:
             self._qualify(_body(pattern))  # the instantiation leaves out some type sugar (opmath_t<T>)
         saved_scopes, saved_depth = self.scopes, self.loop_depth
         self.scopes, self.loop_depth = [[], bound], 0  # the callee sees its parameters, not the caller's names
         self.inlined.append((result, returned))
+        if _returns_in_loop(_body(definition)):
+            self.may_return.add(returned)  # the loop's next iteration runs after the return
         try:
-            parts.append(self._block(list(_body(definition).get_children()), inner))
+            body = self._block(list(_body(definition).get_children()), inner, carried)
         finally:
             self.scopes, self.loop_depth = saved_scopes, saved_depth
             self.inlined.pop()
-        parts.append("}")
-        out.append(" ".join(p for p in parts if p))
+        # The flag and the mask exist only where a region tests or clears them: a thread's return from a
+        # function that returns last (c10's threadgroup_* helpers) leaves it by leaving its last region.
+        flags = ""
+        if returned in self.tested:
+            flags = f"bool {returned}[{MAX_THREADS}]; std::memset({returned}, 0, shimkit_count);"
+        else:
+            body = body.map(lambda text: text.replace(f"{returned}[shimkit_t] = true; ", ""))
+        if inner in self.cleared:
+            flags += f" bool {inner}[{MAX_THREADS}]; std::memcpy({inner}, {mask}, shimkit_count);"
+        else:
+            body = body.map(lambda text: re.sub(rf"\b{inner}\b", mask, text))
+        parts[flags_at:flags_at] = [flags, body, "}"]
+        out.append(_ending(" ".join(p for p in parts if p), body, body.hidden | set(template_names)))
         return result
+
+    def _variable_element(self, argument, declared_type, arguments: list) -> str | None:
+        """The element a per-thread variable of the caller names, where ``argument`` is that variable alone,
+        of the parameter's type and no other argument names it (which could change it through a pointer)."""
+        reference = _unwrapped(argument)
+        if _kind(reference) != "DECL_REF_EXPR" or reference.referenced is None:
+            return None
+        name = reference.spelling
+        element = next((e for scope in reversed(self.scopes) for n, e in reversed(scope) if n == name), None)
+        variable_type = reference.referenced.type.get_canonical()
+        if (element is None or declared_type.is_const_qualified() or variable_type.is_const_qualified()
+                or variable_type.spelling != declared_type.spelling):
+            return None
+        if any(a is not argument and any(t.spelling == name for t in a.get_tokens()) for a in arguments):
+            return None
+        return element
+
+    def _uniform(self, argument) -> bool:
+        """Whether an argument has one value for the whole group all through the call: a literal, or a
+        constant, an array (its address) or a buffer parameter of the kernel, none of them per thread."""
+        expression = _unwrapped(argument)
+        kind = _kind(expression)
+        if kind in ("INTEGER_LITERAL", "FLOATING_LITERAL", "CXX_BOOL_LITERAL_EXPR"):
+            return True
+        declared = expression.referenced if kind == "DECL_REF_EXPR" else None
+        if declared is None:
+            return False
+        name = expression.spelling
+        if any(n == name for scope in self.scopes for n, _ in scope) or any(n == name for n, _ in self.thread_values):
+            return False
+        if _kind(declared) == "ENUM_CONSTANT_DECL":
+            return True
+        if _kind(declared) == "PARM_DECL":
+            return declared.semantic_parent == self.kernel  # a buffer (per-thread copies are in scopes)
+        return _kind(declared) == "VAR_DECL" and (declared.type.is_const_qualified()
+                                                 or _kind(declared.type) == "CONSTANTARRAY")
 
     def _qualify(self, body) -> None:
         """Names the body finds in its namespaces, written ``::ns::name`` so that they mean the same
@@ -848,10 +1020,11 @@ class _GroupWriter:
             if edit not in self.edits:
                 self.edits.append(edit)
 
-    def _scoped(self, statements: list, mask: str) -> str:
+    def _scoped(self, statements: list, mask: str) -> _Text:
         self.scopes.append([])
         try:
-            return "{ " + self._block(statements, mask) + " }"
+            body = self._block(statements, mask)
+            return _ending("{ " + body + " }", body, body.hidden)
         finally:
             self.scopes.pop()
 
@@ -867,6 +1040,7 @@ class _GroupWriter:
             if self._splits(statement):
                 raise Unsplittable(f"line {self._line(statement)}: a static declaration with a barrier")
             self.declared.append(self._code(statement))
+            self.hoisted += [c.spelling for c in children]
             return None
         assignments = []
         for variable in children:
@@ -876,14 +1050,14 @@ class _GroupWriter:
             canonical = variable.type.get_canonical().spelling
             spelled = variable.type.spelling if "type-parameter" in canonical else canonical
             line = self._line(variable)
-            if any(word in spelled for word in ("auto", "dependent", "(lambda", "(anonymous", "(unnamed")):
+            if any(word in spelled for word in UNNAMEABLE):
                 raise Unsplittable(f"line {line}: variable {variable.spelling} of type {spelled} is live across a "
                                    f"split and its type cannot be named")
             if _kind(variable.type) in ("LVALUEREFERENCE", "RVALUEREFERENCE"):
                 raise Unsplittable(f"line {line}: reference {variable.spelling} in a block with a barrier")
             storage = self._fresh("v")
             self.declared.append(f"std::remove_cv_t<{spelled}> {storage}[{MAX_THREADS}];")
-            self.scopes[-1].append((variable.spelling, storage))
+            self.scopes[-1].append((variable.spelling, f"{storage}[shimkit_t]"))
             initializer = [c for c in variable.get_children() if c.kind.name not in ("TYPE_REF", "TEMPLATE_REF",
                                                                                      "NAMESPACE_REF")]
             variable_tokens = list(variable.get_tokens())
@@ -904,11 +1078,10 @@ class _GroupWriter:
 
     def _mask(self, mask: str, value: bool | None) -> tuple[str, str]:
         name = self._fresh("m")
-        fill = (f"for (unsigned t = 0; t < shimkit_count; ++t) {name}[t] = {mask}[t];" if value is None
-                else f"for (unsigned t = 0; t < shimkit_count; ++t) {name}[t] = false;")
+        fill = f"std::memcpy({name}, {mask}, shimkit_count);" if value is None else f"std::memset({name}, 0, shimkit_count);"
         return name, f"bool {name}[{MAX_THREADS}]; {fill}"
 
-    def _if(self, statement, mask: str, out: list[str], pending: list[str], flush: Callable[[], None]) -> None:
+    def _if(self, statement, mask: str, out: list[str], pending: list[str], flush: Callable[..., None]) -> None:
         children = list(statement.get_children())
         if any(_kind(c) == "DECL_STMT" or _kind(c) == "VAR_DECL" for c in children[:-1]) or \
                 len(children) not in (2, 3):
@@ -920,17 +1093,17 @@ class _GroupWriter:
         def set_masks() -> str:
             return (f"{{ const bool shimkit_c = static_cast<bool>({self._code_of_expression(condition)}); "
                     f"{taken}[shimkit_t] = shimkit_c; {other}[shimkit_t] = !shimkit_c; }}")
+        # The masks' names are the function's own: they need no block, so the region that sets them can
+        # join the one before.
         if self._splits(condition):
             flush()
-            out.append(" ".join(["{", declare_taken, declare_other, self._evaluate(mask, condition, set_masks)]))
+            out.append(" ".join([declare_taken, declare_other, self._evaluate(mask, condition, set_masks)]))
         else:  # the condition is evaluated with the statements before the if
             pending.append(set_masks())
-            out.append(" ".join(["{", declare_taken, declare_other]))
-            flush()
+            flush(f"{declare_taken} {declare_other}")
         parts = [self._branch(then, taken)]
         if orelse is not None:
             parts.append(self._branch(orelse, other))
-        parts.append("}")
         out.append(" ".join(parts))
 
     def _branch(self, statement, mask: str) -> str:
@@ -974,7 +1147,8 @@ class _GroupWriter:
             if condition is not None:
                 test = self._evaluate(running, condition, lambda: (
                     f"if (!static_cast<bool>({self._code_of_expression(condition)})) {running}[shimkit_t] = false;"))
-            elif self.inlined:  # a thread that returned from the inlined function leaves the loop here
+            elif any(returned in self.may_return for _, returned in self.inlined):
+                # a thread that returned from an inlined function leaves the loop here
                 test = self._region(running, ";")
             iteration = [self._branch(body, running)]
             if step is not None:
@@ -1025,9 +1199,81 @@ def _nameable(type_) -> str | None:
     """A callee's parameter or result type as C++ that names it where the call is (its canonical form),
     or None where it depends on the callee's template parameters."""
     spelled = type_.get_canonical().spelling
-    if any(word in spelled for word in ("type-parameter", "auto", "dependent", "(lambda", "(anonymous", "(unnamed")):
+    if any(word in spelled for word in ("type-parameter", *UNNAMEABLE)):
         return None
     return spelled
+
+
+class _Region(str):
+    """A region's text: its threads' loop under ``mask``, running ``fragment`` for each."""
+
+    mask: str
+    fragment: str
+
+    def __new__(cls, mask: str, fragment: str):
+        text = super().__new__(cls, f"shimkit_g.region({mask}, [&](unsigned shimkit_t) __attribute__((always_inline)) -> bool "
+                                    f"{{ {fragment} return true; }});")
+        text.mask, text.fragment = mask, fragment
+        return text
+
+
+class _Carried(str):
+    """One thread's code from a caller, bound to its names, to run first in a callee's first region."""
+
+
+class _Text(str):
+    """Group-level code; ``last`` is the region it ends with, followed by nothing but the ends of blocks
+    (or None), and ``hidden`` the names those blocks declare."""
+
+    last: _Region | None
+    hidden: set[str]
+
+    def __new__(cls, text: str, last: _Region | None, hidden: set[str]):
+        out = super().__new__(cls, text)
+        out.last, out.hidden = last, hidden
+        return out
+
+    def map(self, edit: Callable[[str], str]) -> _Text:
+        last = _Region(edit(self.last.mask), edit(self.last.fragment)) if self.last is not None else None
+        return _Text(edit(self), last, self.hidden)
+
+
+def _ending(text: str, tail, hidden: set[str]) -> _Text:
+    """``text`` as _Text, where ``tail`` is the code it ends with (before the ends of its blocks)."""
+    if isinstance(tail, _Region):
+        return _Text(text, tail, hidden)
+    if isinstance(tail, _Text) and tail.last is not None:
+        return _Text(text, tail.last, hidden | tail.hidden)
+    return _Text(text, None, hidden)
+
+
+def _unwrapped(expression):
+    """An expression without the implicit conversions and parentheses libclang wraps around it, nor casts
+    to its own type (c10's `static_cast<opmath_t<T>>(val)` of a float)."""
+    while True:
+        kind = _kind(expression)
+        children = [c for c in expression.get_children() if not _kind(c).endswith("_REF")]
+        if len(children) != 1:
+            return expression
+        if kind in ("UNEXPOSED_EXPR", "PAREN_EXPR") or (
+                kind in ("CXX_STATIC_CAST_EXPR", "CSTYLE_CAST_EXPR", "CXX_FUNCTIONAL_CAST_EXPR")
+                and expression.type.get_canonical().spelling == children[0].type.get_canonical().spelling):
+            expression = children[0]
+        else:
+            return expression
+
+
+def _returns_in_loop(body) -> bool:
+    """Whether a function body returns from inside a loop (outside lambdas)."""
+    def visit(node, in_loop: bool) -> bool:
+        for child in node.get_children():
+            kind = _kind(child)
+            if kind == "LAMBDA_EXPR":
+                continue
+            if (kind == "RETURN_STMT" and in_loop) or visit(child, in_loop or kind in LOOPS):
+                return True
+        return False
+    return visit(body, False)
 
 
 def _msl_line(source: bytes, offset: int) -> int:

@@ -335,3 +335,80 @@ def test_decltype_of_a_variable_live_across_a_barrier_is_its_declared_type():
     values, out = torch.arange(64.0), torch.zeros(64)
     kernel(out, values, threads=64, group_size=64)
     assert torch.equal(out, values.roll(-1) * 2 + values * 2)
+
+
+INLINED = """
+#include <metal_stdlib>
+using namespace metal;
+// Returns from inside a loop with barriers (all threads at once: a barrier's threads must all reach it),
+// and assigns its parameter v (which so is copied per thread).
+float rounds(threadgroup float* shared, float v, uint t, uint n, uint limit) {
+  for (uint k = 0; k < 3; ++k) {
+    shared[t] = v;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    v += shared[(t + 1) % n] * 0.5f;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (k >= limit) return v * 2.0f;
+  }
+  return v;
+}
+// Declares names its callers use too (the template parameter T, the constant stride); some threads
+// return after the last barrier.
+template <typename T>
+T group_sum(threadgroup T* shared, T v, uint t, uint n, T scale) {
+  constexpr uint stride = 1;
+  shared[t] = v;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  T total = 0;
+  for (uint k = 0; k < n; k += stride) total += shared[k];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (t % 3 == 1) return total;
+  return total * scale + simd_sum(v);
+}
+float twice(threadgroup float* shared, float v, uint t, uint n) {
+  const float once = group_sum(shared, v, t, n, 1.0f);
+  return once + group_sum(shared, v * 2.0f, t, n, 0.5f);
+}
+kernel void inlined(device float* out, constant float* in, constant uint& limit, uint i [[thread_position_in_grid]],
+                    uint t [[thread_position_in_threadgroup]], uint n [[threads_per_threadgroup]]) {
+  threadgroup float shared[256];
+  float v = in[i];
+  int stride = int(t) * 2;
+  float T = 0.25f;
+  float a = group_sum(shared, v, t, n, 2.0f);
+  float b = group_sum(shared, v + T, t, n, T) + float(stride);
+  float c = rounds(shared, a, t, n, limit);
+  float d = twice(shared, c, t, n);
+  float e = rounds(shared, v, t, n, limit + 1u);
+  out[i] = a + b * T + c + d + e + float(stride);
+}
+"""
+
+
+@pytest.mark.parametrize("threads, group", [(64, 64), (100, 40), (96, 96), (7, 7)])
+def test_inlined_functions_with_shared_and_aliased_parameters_compute_what_fibers_compute(threads, group):
+    """Arguments that are constants or a caller's per-thread variable are not copied per thread, a callee's
+    first and last regions run with its caller's statements around the call, and returns inside loops,
+    parameters the callee assigns and names both declare keep their meaning."""
+    split = ShaderLibrary(INLINED).inlined
+    fibers = ShaderLibrary(INLINED, split_barriers=False).inlined
+    assert split.execution == "split", split.fibers_because
+    values = torch.randint(-50, 50, (threads,), generator=torch.Generator().manual_seed(threads)).float()
+    for limit in (0, 2, 1000):
+        expected, actual = torch.zeros(threads), torch.zeros(threads)
+        fibers(expected, values, limit, threads=threads, group_size=group)
+        split(actual, values, limit, threads=threads, group_size=group)
+        assert torch.equal(actual, expected), limit
+
+
+def test_c10s_threadgroup_sum_inlined_is_six_loops_over_the_group():
+    """Of the twelve regions c10's threadgroup_sum split into (its simd_sum wrapper's copies, returned
+    flags and masks), six remain: the caller's statements before and after the call join the callee's
+    first and last regions, and its arguments are not copied per thread."""
+    source = C10_HELPERS.replace("  auto largest = c10::metal::threadgroup_max(partial, v, t, n);\n", "").replace(
+        "  auto where = c10::metal::threadgroup_argmax(values, indices, v, long(i), t, n);\n", "").replace(
+        "    maxima[group] = largest;\n    argmaxima[group] = where;\n", "")
+    text = compile_library(source)[1].text
+    group = text[text.index("helpers__shimkit_group"):]
+    assert group.count("shimkit_g.region(") == 6 and group.count("shimkit_g.lanes(") == 2, group
+    assert "kMaxGroupThreads]; std::memcpy" not in group  # no inlined function's mask is copied

@@ -49,12 +49,14 @@ class LoopGroup {
     if (replays.size() < count) replays.resize(count);
     lanes_ = lanes.data();
     replays_ = replays.data();
-    flat_ = base.group_size[1] == 1 && base.group_size[2] == 1;
+    // A group along one axis (Inductor's reductions are 1 x 1024) places its index on that axis, with no
+    // division per thread.
+    axis_ = base.group_size[1] == 1 && base.group_size[2] == 1   ? 0
+            : base.group_size[0] == 1 && base.group_size[2] == 1 ? 1
+            : base.group_size[0] == 1 && base.group_size[1] == 1 ? 2
+                                                                 : -1;
     reverse_ = base.reverse != 0;
-    for (uint t = 0; t < count; ++t) {
-      alive[t] = true;
-      lanes_[t].info.lane = t % kSimdWidth;
-    }
+    for (uint t = 0; t < count; ++t) alive[t] = true;
   }
   ~LoopGroup() {
     now_.loop_mode = LoopMode::kOff;
@@ -64,7 +66,11 @@ class LoopGroup {
 
   const ThreadInfo& base() const { return base_; }
   Coordinate in_group(uint t) const {
-    if (flat_) return {{t, 0, 0}};
+    if (axis_ >= 0) {
+      Coordinate at{{0, 0, 0}};
+      at.v[axis_] = t;
+      return at;
+    }
     const uint x = base_.group_size[0], y = base_.group_size[1];
     return {{t % x, (t / x) % y, t / (x * y)}};
   }
@@ -79,11 +85,17 @@ class LoopGroup {
   template <class Region>
   void region(const bool* mask, Region&& region, LoopMode mode = LoopMode::kOff) {
     now_.loop_mode = mode;
-    for (uint k = 0; k < count_; ++k) {
-      const uint t = reverse_ ? count_ - 1 - k : k;
-      if (!mask[t] || !alive[t]) continue;
+    const auto run = [&](uint t) __attribute__((always_inline)) {
+      if (!mask[t] || !alive[t]) return;
       if (mode != LoopMode::kOff) enter(t);
       if (!region(t)) alive[t] = false;
+    };
+    // Two loops, so that the usual forward one has no index arithmetic (the generated regions are
+    // always_inline: the compiler would otherwise inline the region in neither copy).
+    if (reverse_) {
+      for (uint t = count_; t-- > 0;) run(t);
+    } else {
+      for (uint t = 0; t < count_; ++t) run(t);
     }
     now_.loop_mode = LoopMode::kOff;
     now_.fiber = nullptr;
@@ -139,7 +151,10 @@ class LoopGroup {
   bool alive[kMaxGroupThreads];
 
  private:
+  // A thread's lane record is set up where it is used (a record is a few hundred bytes: setting all of
+  // them for every group cost as much as a region).
   void enter(uint t) {
+    lanes_[t].info.lane = t % kSimdWidth;
     now_.fiber = &lanes_[t];
     now_.replay = &replays_[t];
     replays_[t].next = 0;
@@ -173,7 +188,7 @@ class LoopGroup {
 
   ThreadInfo base_;
   uint count_;
-  bool flat_;
+  int axis_;
   bool reverse_;
   Fiber* lanes_;
   LaneReplay* replays_;
