@@ -165,7 +165,7 @@ class _FftKernel:
 
 def _dft(value: _Pair, dim: int, outputs: int, forward: bool, kernel: _FftKernel | None) -> _Pair:
     """The unnormalized DFT of ``value`` along ``dim`` (its full length), its first ``outputs`` points:
-    through ``kernel`` where it takes that length, else as two real matrix products."""
+    through ``kernel`` where it takes that length, else as one real matrix product."""
     length = value.real.shape[dim]
     if kernel is not None and kernel.takes(value.real, length):
         rows = torch.stack([value.real, value.imag], dim=-1).movedim(dim, -2).contiguous()

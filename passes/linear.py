@@ -19,7 +19,7 @@ import torch
 from torch import fx
 
 from shimkit.passes.base import PROVENANCE_META, PassContext, PassError, ShimkitPass
-from shimkit.passes.meta import ValueComputer, argument_values, fake_mode_of
+from shimkit.passes.meta import ValueComputer, fake_mode_of, set_value
 from shimkit.passes.ops import aten_op, like
 
 aten = torch.ops.aten
@@ -77,7 +77,7 @@ class DecomposeLinear(ShimkitPass):
         # The linear node itself becomes the bias add: it keeps its name, users and provenance.
         node.target = like(aten.add.Tensor, node.target)
         node.args, node.kwargs = (product, bias), {}
-        self._set_value(node, computer)
+        set_value(node, computer)
 
     @staticmethod
     def _size(graph: fx.Graph, tensor: fx.Node, value: torch.Tensor, dim: int):
@@ -95,16 +95,8 @@ class DecomposeLinear(ShimkitPass):
         for key in PROVENANCE_META:
             if key in origin.meta:
                 new.meta[key] = origin.meta[key]
-        self._set_value(new, computer, is_view)
+        set_value(new, computer, is_view)
         return new
-
-    @staticmethod
-    def _set_value(node: fx.Node, computer: ValueComputer, is_view: bool = False) -> None:
-        try:
-            args, kwargs = argument_values(node)
-        except KeyError:
-            return  # inputs without values: nothing to derive (the graph had none to keep right)
-        node.meta["val"] = computer.value_of(computer.layout_of(node.target, args, kwargs, is_view=is_view))
 
 
 def _bias(node: fx.Node):

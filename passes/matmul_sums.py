@@ -19,7 +19,7 @@ from torch import fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
 
 from shimkit.passes.base import PROVENANCE_META, PassContext, ShimkitPass
-from shimkit.passes.meta import ValueComputer, argument_values, fake_mode_of
+from shimkit.passes.meta import ValueComputer, fake_mode_of, set_value
 from shimkit.passes.ops import aten_op, like
 
 aten = torch.ops.aten
@@ -63,7 +63,7 @@ class JoinMatmulSums(ShimkitPass):
             # The add becomes the product: it keeps its name, users and provenance.
             node.target = like(op, node.target)
             node.args, node.kwargs = (rows, columns), {}
-            _set_value(node, computer)
+            set_value(node, computer)
             graph.erase_node(first)
             graph.erase_node(second)
         return True
@@ -72,16 +72,8 @@ class JoinMatmulSums(ShimkitPass):
     def _create(graph: fx.Graph, origin: fx.Node, target, args, computer: ValueComputer) -> fx.Node:
         new = graph.call_function(target, args)
         new.meta.update({key: origin.meta[key] for key in PROVENANCE_META if key in origin.meta})
-        _set_value(new, computer)
+        set_value(new, computer)
         return new
-
-
-def _set_value(node: fx.Node, computer: ValueComputer) -> None:
-    try:
-        args, kwargs = argument_values(node)
-    except KeyError:
-        return  # inputs without values: nothing to derive
-    node.meta["val"] = computer.value_of(computer.layout_of(node.target, args, kwargs))
 
 
 def _product_used_once_by(node: Any, user: fx.Node) -> torch._ops.OpOverload | None:

@@ -226,6 +226,16 @@ def argument_values(node: fx.Node) -> tuple[tuple, dict]:
     return fx.node.map_arg(node.args, value), fx.node.map_arg(node.kwargs, value)
 
 
+def set_value(node: fx.Node, computer: ValueComputer, is_view: bool = False) -> None:
+    """Give a node a pass just made its ``meta["val"]``, computed from its inputs' values; a node with an
+    input without one keeps none (the graph had none to keep right)."""
+    try:
+        args, kwargs = argument_values(node)
+    except KeyError:
+        return
+    node.meta["val"] = computer.value_of(computer.layout_of(node.target, args, kwargs, is_view=is_view))
+
+
 def refresh_value(node: fx.Node, computer: ValueComputer) -> bool:
     """Recompute ``node``'s value from its inputs'; return whether its layout changed.
 
