@@ -30,6 +30,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -209,12 +210,23 @@ class _Worker:
         self.connection.close()
 
 
+def _progress_lock_of_its_own() -> None:
+    """tqdm's default lock holds a multiprocessing semaphore that every forked process shares, and
+    torch.fx's Interpreter draws a progress bar under it: a worker killed past its timeout while holding
+    it left it taken, and the caller's next progress bar waited forever (a CI run hung in
+    test_audit_scale.py). A worker takes a lock that is its own."""
+    progress = sys.modules.get("tqdm.std")
+    if progress is not None:
+        progress.tqdm.set_lock(threading.RLock())
+
+
 def _serve(connection: Connection, caller: int, function: Callable, timeout: float | None,
            initializer: Callable[[], None] | None) -> None:
     """A worker's life: run each task it is sent, send back ``(kind, payload, seconds)``; end with the
     caller (a forked worker holds copies of the caller's ends of every pipe, so the caller's death is not
     always an end of file here)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
+    _progress_lock_of_its_own()
     if initializer:
         initializer()
     expired = False

@@ -141,3 +141,29 @@ def test_ctrl_c_to_the_process_group_at_any_moment_keeps_what_finished(delay):
         assert results[len(finished):] in ([], [{"interrupted": len(finished), "phase": "interrupted"}])
     else:
         assert finished == list(range(12))
+
+
+def _hold_the_progress_lock(_task):
+    from tqdm.std import tqdm
+
+    tqdm.get_lock().acquire()  # never released: the worker is stopped past its timeout holding it
+    time.sleep(60)
+
+
+def test_a_worker_stopped_holding_tqdms_lock_leaves_the_callers_progress_bars_working():
+    """tqdm's default lock holds a semaphore shared by forked processes; a worker stopped while holding it
+    left the caller's next progress bar (torch.fx draws them) waiting forever: CI hung on it once."""
+    import threading
+
+    from tqdm.std import tqdm
+
+    tqdm(total=1, disable=True).close()
+    tqdm.get_lock()  # the caller's lock, semaphore included, exists before the fork
+    failures = []
+    run_tasks(_hold_the_progress_lock, [0], jobs=1, timeout=1,
+              on_failure=lambda *failure: failures.append(failure))
+    assert failures and failures[0][1].phase == "timeout", failures
+    drawn = threading.Thread(target=lambda: tqdm(total=1, disable=True).close(), daemon=True)
+    drawn.start()
+    drawn.join(60)  # a deadlock detector, not a speed bound: the bar takes microseconds
+    assert not drawn.is_alive(), "the caller's progress bar is still waiting for tqdm's lock"
