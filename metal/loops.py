@@ -12,11 +12,14 @@ For each cooperative kernel it writes a *group function* beside the kernel: same
 the group's threads. In it,
 
 * every variable declared in a block that contains a split point is an array over the group's threads
-  (``auto& acc = storage[t]`` in each region), and so is a buffer parameter the kernel reassigns;
+  (``auto& acc = storage[t]`` in each region), and so is a buffer parameter the kernel reassigns, but for
+  a variable every thread holds alike (``uniform.py``): that is one value, assigned once per group;
 * statements between split points form a region: ``group.region(mask, [&](t) { ... })``;
-* ``if`` / ``for`` / ``while`` / ``do`` that contain a split point run at group level with a per-thread
-  mask (a thread that leaves the loop or takes the other branch sits out), so uniform and divergent
-  control flow both keep their meaning; ``return`` takes the thread out of every later region;
+* ``if`` / ``for`` / ``while`` / ``do`` that contain a split point run as plain C++ at group level where
+  their condition is uniform, and otherwise with a per-thread mask (a thread that leaves the loop or
+  takes the other branch sits out); ``return`` takes the thread out of every later region;
+* two regions with nothing between them run as one loop (an inlined function's last region and its
+  caller's next statements; a condition's region and the first region of its branch);
 * a statement with a simdgroup function (``acc = simd_sum(acc)``, ``if (simd_any(p))``) splits around its
   call: the call is evaluated for every thread, the lanes of each simdgroup combine, then the statement
   runs with the results (``shimkit_metal/loops.h``, the COX treatment of warp functions). A call of
@@ -43,6 +46,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import shimkit.metal.cursors as cursors
+from shimkit.metal.uniform import Uniformity, written
+
 BARRIERS = {"threadgroup_barrier", "simdgroup_barrier"}
 MAX_INLINE_DEPTH = 8
 TWO_COMBINES = {"simd_ballot", "simd_any", "simd_all"}  # sync.h functions with two simd_collective calls
@@ -56,6 +62,7 @@ DIRECT = {"simd_sum", "simd_product", "simd_min", "simd_max", "simd_and", "simd_
 # dependent and unnamed types).
 UNNAMEABLE = ("auto", "dependent", "(lambda", "(anonymous", "(unnamed")
 COLLECTIVE = re.compile(r"^(simd_\w+|quad_\w+)$")
+BARRIER = "/* barrier */"
 MAX_THREADS = "::shimkit_metal::kMaxGroupThreads"
 ASSIGNMENTS = {"=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--"}
 LOOPS = {"FOR_STMT", "WHILE_STMT", "DO_STMT"}
@@ -117,7 +124,8 @@ def _headers_digest(include_dir: Path) -> str:
     digest = hashlib.sha256()
     for header in sorted((include_dir / "shimkit_metal").glob("*.h")):
         digest.update(header.read_bytes())
-    digest.update(Path(__file__).read_bytes())
+    for module in sorted(Path(__file__).parent.glob("*.py")):  # the splitter, its analyses and readers
+        digest.update(module.read_bytes())
     return digest.hexdigest()
 
 
@@ -227,28 +235,16 @@ def _definitions(root) -> dict[str, list]:
 
 
 def _body(cursor):
-    return next((c for c in cursor.get_children() if _kind(c) == "COMPOUND_STMT"), None)
+    return next((c for c in cursor.get_children() if cursors.kind(c) == "COMPOUND_STMT"), None)
 
 
-def _kind(node) -> str:
-    """A cursor's or type's kind; "OTHER" for one this libclang binding has no name for (the type
-    ``_Float16`` is 32)."""
-    try:
-        return node.kind.name
-    except ValueError:
-        return "OTHER"
 
 
 def _parameters(function) -> list:
     """A function's parameters (``get_arguments`` is empty for a function template)."""
-    return [c for c in function.get_children() if _kind(c) == "PARM_DECL"]
+    return [c for c in function.get_children() if cursors.kind(c) == "PARM_DECL"]
 
 
-def _walk(cursor, into_lambdas: bool = False):
-    for child in cursor.get_children():
-        yield child
-        if into_lambdas or child.kind.name != "LAMBDA_EXPR":
-            yield from _walk(child, into_lambdas)
 
 
 def _callee_name(call) -> str:
@@ -314,9 +310,9 @@ class _Reach:
         self.memo[qualified] = None  # recursion reaches nothing new
         verdict: str | None = None
         for definition in self.definitions.get(qualified, []):
-            by_reference = any(_kind(a.type) in ("POINTER", "LVALUEREFERENCE", "RVALUEREFERENCE")
+            by_reference = any(cursors.kind(a.type) in ("POINTER", "LVALUEREFERENCE", "RVALUEREFERENCE")
                                for a in _parameters(definition))
-            for node in _walk(definition):
+            for node in cursors.walk(definition):
                 if node.kind.name != "CALL_EXPR":
                     continue
                 kind = self.kind(node)
@@ -342,8 +338,16 @@ class _GroupWriter:
         self.src, self.source, self.kernel, self.reach = source, source.original, kernel, reach
         self.storage: list[str] = []   # per-thread copies of the parameters the kernel assigns
         self.declared: list[str] = []  # declarations to place before the statement being written
+        # Per-thread arrays, masks and uniform values are declared once at the top of the group function:
+        # nothing then stands between two regions that could run as one (see _join); those of a type the
+        # body declares (or sized by its constants) stay where they are.
+        self.top: list[str] = []
+        self.parents: dict[str, str] = {}  # mask -> the mask it was made from (a thread in it is in that one)
         self.edits: list[tuple[int, int, str]] = []   # names qualified in inlined functions' bodies
         self.inlined: list[tuple[str | None, str]] = []  # (result, returned) of each function being inlined
+        # The template arguments of each function being inlined (`using T = float;`), opened in each of its
+        # regions rather than in its block, so that a region can join one outside the block.
+        self.aliases: list[str] = []
         # A region tests an inlined function's `returned` flags only where one of its returns may have run
         # before it (`may_return`), and records the flags it tests and the masks such a test clears (an
         # inlined function whose mask nothing clears runs under its caller's).
@@ -359,6 +363,7 @@ class _GroupWriter:
         modified = self._modified(arguments, self.body_cursor)
         self.buffers: list[str] = []
         self.thread_values: list[tuple[str, str]] = []  # (name, declaration) of the kernel's thread parameters
+        self.group_values: set[str] = set()  # the parameters with one value for the group (uniform.py's seeds)
         outer: list[tuple[str, str]] = []
         for argument, parameter in zip(arguments, parameters):
             name, spelled = argument.spelling, argument.type.spelling
@@ -370,9 +375,14 @@ class _GroupWriter:
                     self.storage.append(f"std::remove_cv_t<{spelled}> {storage}[{MAX_THREADS}]; "
                                         f"for (unsigned t = 0; t < shimkit_count; ++t) {storage}[t] = {name};")
                     outer.append((name, f"{storage}[shimkit_t]"))
+                elif cursors.kind(argument.type) == "POINTER" or argument.type.get_pointee().is_const_qualified():
+                    self.group_values.add(name)  # the pointer, or a `constant` value
                 continue
             if name in modified:
                 raise Unsplittable(f"it assigns its thread parameter {name}")
+            if parameter.kind == "constant" or (parameter.kind == "index" and parameter.binding == "simds_per_group") \
+                    or (parameter.kind == "position" and parameter.binding not in ("grid", "in_group")):
+                self.group_values.add(name)
             if parameter.kind == "position":
                 where = (f"shimkit_g.{parameter.binding}(shimkit_t).v" if parameter.binding in ("grid", "in_group")
                          else f"shimkit_g.base().{parameter.binding}")
@@ -387,6 +397,10 @@ class _GroupWriter:
         self.scopes: list[list[tuple[str, str]]] = [outer]
         self.replacing: list[tuple[int, int, str]] = []
         self.loop_depth = 0
+        self.uniformity = Uniformity(
+            self.body_cursor, lambda statement: bool(self._splits(statement)),
+            lambda declared: cursors.kind(declared) == "PARM_DECL" and declared.semantic_parent == kernel
+            and declared.spelling in self.group_values)
 
     # ---- text ----
 
@@ -418,8 +432,8 @@ class _GroupWriter:
         start = self.src.start(cursor)
         end = self._statement_end(cursor)
         edits = []
-        for node in [cursor, *_walk(cursor)]:
-            if _kind(node) == "RETURN_STMT":
+        for node in [cursor, *cursors.walk(cursor)]:
+            if cursors.kind(node) == "RETURN_STMT":
                 value = list(node.get_children())
                 at = self.src.start(node)
                 if not self.inlined:
@@ -434,7 +448,7 @@ class _GroupWriter:
                 stored = f"{result}[shimkit_t] = {returned_value}; " if value and result else ""
                 edits.append((at, self._statement_end(node),
                               f"{{ {stored}{returned}[shimkit_t] = true; return true; }}"))
-            elif _kind(node) in ("GOTO_STMT", "INDIRECT_GOTO_STMT", "LABEL_STMT"):
+            elif cursors.kind(node) in ("GOTO_STMT", "INDIRECT_GOTO_STMT", "LABEL_STMT"):
                 raise Unsplittable(f"line {self._line(node)}: goto")
         if self.loop_depth:
             self._check_jumps(cursor)
@@ -469,7 +483,7 @@ class _GroupWriter:
     def _modified(self, parameters: list, body) -> set[str]:
         """The parameters the body may assign: ``p = ...``, ``p += ...``, ``++p``, ``p.x = ...``,
         ``p[0] = ...`` (for a value, not a pointer), or whose address it takes."""
-        kinds = {p.spelling: _kind(p.type) for p in parameters}
+        kinds = {p.spelling: cursors.kind(p.type) for p in parameters}
         tokens = [t.spelling for t in body.get_tokens()]
         modified = set()
         for i, token in enumerate(tokens):
@@ -497,8 +511,8 @@ class _GroupWriter:
     def _splits(self, cursor) -> list:
         """The split-point calls in a statement: barrier and simdgroup calls (outside lambdas)."""
         found = []
-        for node in [cursor, *_walk(cursor)]:
-            if _kind(node) == "CALL_EXPR" and self.reach.kind(node) != "plain" and not any(
+        for node in [cursor, *cursors.walk(cursor)]:
+            if cursors.kind(node) == "CALL_EXPR" and self.reach.kind(node) != "plain" and not any(
                     a <= self.src.start(node) and self.src.end(node) <= b for a, b, _ in self.replacing):
                 found.append(node)
         return found
@@ -519,13 +533,13 @@ class _GroupWriter:
         return (f"{head}{self.kernel.spelling}{SPLIT_SUFFIX}({parameters}) {{ "
                 f"::shimkit_metal::LoopGroup shimkit_g(shimkit_base, shimkit_count); "
                 f"const bool shimkit_measuring = ::shimkit_metal::measuring; (void)shimkit_measuring; "
-                f"{' '.join(self.storage)} {body} }}")
+                f"{' '.join(self.storage)} {' '.join(self.top)} {body} }}")
 
     def _preamble(self, mask: str, code: str) -> tuple[str, str]:
         """Each region's opening: the thread's coordinates that ``code`` names (the others would cost a
         division per thread for a group that is not flat), its per-thread variables by their names, and
         (in an inlined function) leaving the region when the thread has returned from it."""
-        opening = " ".join(d for name, d in self.thread_values if re.search(rf"\b{name}\b", code))
+        opening = " ".join([*self.aliases, *(d for name, d in self.thread_values if re.search(rf"\b{name}\b", code))])
         for _, returned in self.inlined:
             if returned in self.may_return:
                 opening += f" if ({returned}[shimkit_t]) {{ {mask}[shimkit_t] = false; return true; }}"
@@ -551,6 +565,49 @@ class _GroupWriter:
         return re.sub(r"\bdecltype\s*\(\s*([A-Za-z_]\w*)\s*\)",
                       lambda m: f"std::remove_reference_t<decltype({m.group(1)})>" if m.group(1) in names
                       else m.group(0), code)
+
+    def _group_bindings(self, code: str) -> tuple[str, str]:
+        """What group-level code that reads uniform values opens and closes with: the uniform thread
+        parameters it names and the variables in scope that are one value for the group (uniform.py)."""
+        opening = " ".join([*self.aliases, *(d for name, d in self.thread_values
+                                              if name in self.group_values and re.search(rf"\b{name}\b", code))])
+        closing = ""
+        for scope in self.scopes:
+            shared = [(n, s) for n, s in scope if "shimkit_t" not in s and re.search(rf"\b{n}\b", code)]
+            if shared:
+                opening += " { " + " ".join(f"auto& {n} = {s};" for n, s in shared)
+                closing += " }"
+        return opening, closing
+
+    def _group_value(self, expression: str) -> str:
+        """A uniform condition evaluated once for the group."""
+        expression = self._bound(expression)
+        opening, closing = self._group_bindings(expression)
+        return (f"[&]() __attribute__((always_inline)) -> bool {{ {opening} "
+                f"return static_cast<bool>({expression}); {closing} }}()")
+
+    def _group_statement(self, mask: str, code: str, name: str) -> str:
+        """An assignment of the uniform variable ``name`` run once for the group, where a thread of
+        ``mask`` runs (a uniform value may divide by a zero that no thread reaches)."""
+        code = self._bound(code)
+        opening, closing = self._group_bindings(code)
+        return f"if (shimkit_g.any({mask})) {{ {opening} {code} {closing} }}"
+
+    def _assign_uniform(self, mask: str, code: str, name: str, out: list[str], pending: list[str],
+                        flush: Callable[..., None]) -> None:
+        """Writes a uniform assignment at group level, before the pending statements unless they read
+        the variable (nothing else they do can change a uniform value)."""
+        if any(re.search(rf"\b{name}\b", entry) for entry in pending):
+            flush()
+        out.append(self._group_statement(mask, code, name))
+
+    def _store(self, declaration: str) -> str:
+        """Declares storage at the top of the group function; returns what stays where it is (the
+        declaration, where it names a type or constant the body declares)."""
+        if set(self.hoisted) & set(re.findall(r"[A-Za-z_]\w*", declaration)):
+            return declaration
+        self.top.append(declaration)
+        return ""
 
     def _region(self, mask: str, code: str) -> str:
         return _Region(mask, self._fragment(mask, code)) if code.strip() else ""
@@ -594,23 +651,43 @@ class _GroupWriter:
 
     def _join(self, before, mask: str, pending: list[str]) -> _Text | None:
         """``before`` (group-level code) with the region that would follow it under ``mask`` joined to the
-        region it ends with, where that runs under the same mask and nothing but the ends of blocks lies
-        between them (the last region of an inlined function, and its caller's statements after the
-        call): one loop over the threads instead of two. None where that does not apply."""
-        last = before.last if isinstance(before, _Text) else None
+        region it ends with, where nothing but the ends of blocks lies between them (the last region of an
+        inlined function, and its caller's statements after the call): one loop over the threads instead
+        of two. None where that does not apply."""
         text = " ".join(pending)
-        if last is None or last.mask != mask or not text.strip():
+        if not text.strip():
             return None
+        return self._joined(before, mask, mask, text, lambda: self._thread_code(mask, pending))
+
+    def _joined(self, before, mask: str, then: str, text: str, fragment: Callable[[], str]) -> _Text | None:
+        """``before`` with ``fragment()`` (one thread's code, naming what ``text`` names) run for the
+        threads of ``then`` (``mask`` or a mask the region before sets) right after the region ``before``
+        ends with, in one loop over ``mask``'s threads. That region runs under ``mask`` or under a mask
+        made from it (an inlined function's: it then runs for that mask's threads only). No two threads
+        are ordered between two barriers, so one thread's both parts may run before the next thread's."""
+        last = before if isinstance(before, _Region) else before.last if isinstance(before, _Text) else None
+        if last is None or (last.mask != mask and not self._within(last.mask, mask)):
+            return None
+        hidden: set[str] = before.hidden if isinstance(before, _Text) else set()
         at = before.rindex(last)
         if before[at + len(last):].strip(" }"):
             return None
-        if before.hidden & set(re.findall(r"[A-Za-z_]\w*", text)):
+        if hidden & set(re.findall(r"[A-Za-z_]\w*", text)):
             return None  # a name the blocks between declare would hide the caller's
-        fragment = self._thread_code(mask, pending)
         # The first part's returns leave it alone; a thread it took out of the mask skips the second.
-        joined = _Region(mask, f"if (![&]() -> bool {{ {last.fragment} return true; }}()) return false; "
-                               f"if (!{mask}[shimkit_t]) return true; {{ {fragment} }}")
-        return _Text(before[:at] + joined + before[at + len(last):], joined, before.hidden)
+        only = "" if last.mask == mask else f"{last.mask}[shimkit_t] && "
+        joined = _Region(mask, f"if ({only}![&]() -> bool {{ {last.fragment} return true; }}()) return false; "
+                               f"if (!{then}[shimkit_t]) return true; {{ {fragment()} }}")
+        first = before.first if isinstance(before, _Text) else last
+        return _Text(before[:at] + joined + before[at + len(last):], joined, hidden, joined if first is last else first)
+
+    def _within(self, mask: str, outer: str) -> bool:
+        """Whether ``mask`` was made from ``outer`` (directly or through other masks)."""
+        while mask in self.parents:
+            mask = self.parents[mask]
+            if mask == outer:
+                return True
+        return False
 
     def _collective(self, mask: str, call: str, code: str, reaches: int) -> str:
         call, code = self._bound(call), self._bound(code)
@@ -685,9 +762,9 @@ class _GroupWriter:
                 continue
             operands.append(self._fresh("o"))
             evaluate.append(f"{operands[-1]}[shimkit_t] = ({self._code_of_expression(argument)});")
-            storage.append(f"std::remove_cv_t<{type_}> {operands[-1]}[{MAX_THREADS}];")
+            storage.append(self._store(f"std::remove_cv_t<{type_}> {operands[-1]}[{MAX_THREADS}];"))
         result = self._fresh("c")
-        storage.append(f"std::remove_cv_t<{types[-1]}> {result}[{MAX_THREADS}];")
+        storage.append(self._store(f"std::remove_cv_t<{types[-1]}> {result}[{MAX_THREADS}];"))
         saved = self.replacing
         self.replacing = [*saved, (self.src.start(call), self.src.end(call), f"{result}[shimkit_t]")]
         try:
@@ -697,14 +774,14 @@ class _GroupWriter:
         pointers = ", ".join(f"{n} + shimkit_first" for n in [result, *operands])
         combine = (f"shimkit_g.lanes({mask}, [&](const bool* shimkit_on, unsigned shimkit_first) {{ "
                    f"::metal::lanes::{name}(shimkit_on, {pointers}); }});")
-        return " ".join(storage), " ".join(evaluate), combine, statement
+        return " ".join(a for a in storage if a), " ".join(evaluate), combine, statement
 
     def _reaches(self, calls: list) -> int:
         """At most how many combines evaluating ``calls`` reaches, when each call in them is one of
         shimkit's simdgroup functions; 0 when that is not known (a function of the source)."""
         count = 0
         for call in calls:
-            for node in [call, *_walk(call)]:
+            for node in [call, *cursors.walk(call)]:
                 if node.kind.name != "CALL_EXPR" or self.reach.kind(node) != "collective":
                     continue
                 declared = node.referenced
@@ -717,7 +794,7 @@ class _GroupWriter:
     def _block(self, statements: list, mask: str, carried: _Carried | None = None) -> _Text:
         """The group-level code of a block; ``carried``: a region's code that runs first in its first region
         (an inlined function's caller's statements before the call)."""
-        out: list[str] = []
+        out: list[str] = _Out()
         pending: list[str] = [carried] if carried else []
         hoisted_from = len(self.hoisted)
 
@@ -734,11 +811,12 @@ class _GroupWriter:
         for statement in statements:
             before = len(out)
             self._statement(statement, mask, out, pending, flush)
-            out[before:before] = self.declared
+            out[before:before] = [text for text in self.declared if text.strip()]
             self.declared = []
         flush()
         out = [text for text in out if text]
-        return _ending(" ".join(out), out[-1] if out else None, set(self.hoisted[hoisted_from:]))
+        return _ending(" ".join(out), out[-1] if out else None, set(self.hoisted[hoisted_from:]),
+                       out[0] if out else None)
 
     def _statement(self, statement, mask: str, out: list[str], pending: list[str], flush: Callable[..., None]) -> None:
         kind = statement.kind.name
@@ -762,7 +840,10 @@ class _GroupWriter:
             return
         if kind == "DECL_STMT":
             if not splits:
-                pending.append(self._declaration(statement) or "")
+                uniform: list[tuple[str, str]] = []
+                pending.append(self._declaration(statement, uniform) or "")
+                for name, code in uniform:
+                    self._assign_uniform(mask, code, name, out, pending, flush)
             elif not self._split_directly(statement, splits, mask, out, pending, flush,
                                           lambda: self._declaration(statement) or ""):
                 flush()
@@ -772,7 +853,11 @@ class _GroupWriter:
             if kind in ("BREAK_STMT", "CONTINUE_STMT") and self.loop_depth:
                 raise Unsplittable(f"line {self._line(statement)}: {kind.split('_')[0].lower()} "
                                    f"in a loop with a barrier")
-            pending.append(self._code(statement))
+            target = written(statement)
+            if target is not None and target.hash in self.uniformity.variables:
+                self._assign_uniform(mask, self._code(statement), target.spelling, out, pending, flush)
+            else:
+                pending.append(self._code(statement))
             return
         if kind == "IF_STMT":
             self._if(statement, mask, out, pending, flush)
@@ -788,7 +873,8 @@ class _GroupWriter:
             out.append(self._loop(statement, mask))
         elif kind.endswith("_EXPR") or kind.endswith("_OPERATOR") or kind == "RETURN_STMT":
             if kind == "CALL_EXPR" and self.reach.kind(statement) == "barrier":
-                return  # the barrier is the boundary between two regions
+                out.append(BARRIER)  # the boundary between two regions: nothing joins across it
+                return
             out.append(self._evaluate(mask, statement, lambda: self._code(statement)))
         else:
             raise Unsplittable(f"line {self._line(statement)}: a barrier or simdgroup function "
@@ -803,7 +889,8 @@ class _GroupWriter:
         if direct is None:
             return False
         storage, operands, combine, evaluated = direct
-        self.declared.append(storage)
+        if storage:
+            self.declared.append(storage)
         # A thread that returns from an inlined function in the region before the combine takes no part
         # in it (the next region's test would take it out of the mask only after the combine).
         leaving = [re.sub(r"(shimkit_x\d+\[shimkit_t\] = true; )return true;", rf"\1{mask}[shimkit_t] = false; return true;",
@@ -822,32 +909,32 @@ class _GroupWriter:
     def _inlinable_collective(self, statement, call, splits: list) -> bool:
         declared = call.referenced
         if (self.reach.kind(call) != "collective" or declared is None or declared.location.file is None
-                or declared.location.file.name != "kernel.cpp" or _kind(declared) == "CXX_METHOD"
+                or declared.location.file.name != "kernel.cpp" or cursors.kind(declared) == "CXX_METHOD"
                 or len(self.inlined) >= MAX_INLINE_DEPTH):
             return False
         if any(c is not call and _inside(call, c) for c in splits) or len(
                 [c for c in splits if not any(c is not o and _inside(c, o) for o in splits)]) != 1:
             return False
         if statement.kind.name not in ("DECL_STMT", "RETURN_STMT") and not (
-                _kind(statement).endswith("_EXPR") or _kind(statement).endswith("_OPERATOR")):
+                cursors.kind(statement).endswith("_EXPR") or cursors.kind(statement).endswith("_OPERATOR")):
             return False
-        if any(_kind(p.type) == "LVALUEREFERENCE" for p in _parameters(declared)):
+        if any(cursors.kind(p.type) == "LVALUEREFERENCE" for p in _parameters(declared)):
             return False
-        return not any(_kind(n) == "CONDITIONAL_OPERATOR" and _inside(call, n) for n in _walk(statement))
+        return not any(cursors.kind(n) == "CONDITIONAL_OPERATOR" and _inside(call, n) for n in cursors.walk(statement))
 
     def _inline_call(self, statement, inline: list, splits: list):
         """The one call to inline in ``statement``: outermost, and evaluated unconditionally."""
         line = self._line(statement)
         if statement.kind.name not in ("DECL_STMT", "RETURN_STMT") and not (
-                _kind(statement).endswith("_EXPR") or _kind(statement).endswith("_OPERATOR")):
+                cursors.kind(statement).endswith("_EXPR") or cursors.kind(statement).endswith("_OPERATOR")):
             raise Unsplittable(f"line {line}: a call to {_callee_name(inline[0])}, which reaches a barrier, inside "
                                f"{statement.kind.name.lower().replace('_stmt', '')}")
         outermost = [c for c in inline if not any(c is not o and _inside(c, o) for o in splits)]
         if len(outermost) != 1 or len(inline) != 1:
             raise Unsplittable(f"line {line}: calls to functions with barriers nested or side by side")
         call = outermost[0]
-        for node in [statement, *_walk(statement)]:
-            if _kind(node) == "CONDITIONAL_OPERATOR" and _inside(call, node):
+        for node in [statement, *cursors.walk(statement)]:
+            if cursors.kind(node) == "CONDITIONAL_OPERATOR" and _inside(call, node):
                 raise Unsplittable(f"line {line}: a call to {_callee_name(call)}, which reaches a barrier, under ?:")
         return call
 
@@ -865,7 +952,7 @@ class _GroupWriter:
         if definition is None or _body(definition) is None:
             raise Unsplittable(f"line {line}: it calls {name}, which reaches a barrier and whose definition "
                                f"Clang cannot resolve here (a call in a template) to inline")
-        if _kind(definition) == "CXX_METHOD":
+        if cursors.kind(definition) == "CXX_METHOD":
             raise Unsplittable(f"line {line}: it calls member function {name}, which reaches a barrier "
                                f"(member functions are not inlined)")
         parameters, arguments = _parameters(definition), list(call.get_arguments())
@@ -873,15 +960,16 @@ class _GroupWriter:
             raise Unsplittable(f"line {line}: the call to {name} leaves default arguments out")
         from clang import cindex
         result_type = definition.result_type.get_canonical()
-        result = None if _kind(result_type) == "VOID" else self._fresh("r")
+        result = None if cursors.kind(result_type) == "VOID" else self._fresh("r")
         returned, inner = self._fresh("x"), self._fresh("m")
-        storage = [f"std::remove_cv_t<{result_type.spelling}> {result}[{MAX_THREADS}];" if result else ""]
+        storage = [self._store(f"std::remove_cv_t<{result_type.spelling}> {result}[{MAX_THREADS}];") if result else ""]
         parts = ["{"]
-        template_names: list[str] = []  # aliases the body's block declares
+        aliases: list[str] = []
+        template_names: list[str] = []
         pattern = cindex.conf.lib.clang_getSpecializedCursorTemplate(definition)
-        if pattern is not None and _kind(pattern) == "FUNCTION_TEMPLATE":
+        if pattern is not None and cursors.kind(pattern) == "FUNCTION_TEMPLATE":
             template_names = names = [c.spelling for c in pattern.get_children()
-                     if _kind(c) in ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER")]
+                     if cursors.kind(c) in ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER")]
             for index, parameter in enumerate(names):
                 if not parameter:
                     continue  # unnamed (`typename = enable_if_t<...>`): the body cannot refer to it
@@ -890,15 +978,15 @@ class _GroupWriter:
                 except ValueError:  # libclang has no name for the kind (a pack, a template template argument)
                     kind = "unknown"
                 if kind == "TYPE":
-                    parts.append(f"using {parameter} = {definition.get_template_argument_type(index).get_canonical().spelling};")
+                    aliases.append(f"using {parameter} = {definition.get_template_argument_type(index).get_canonical().spelling};")
                 elif kind == "INTEGRAL":
-                    parts.append(f"constexpr auto {parameter} = {definition.get_template_argument_value(index)};")
+                    aliases.append(f"constexpr auto {parameter} = {definition.get_template_argument_value(index)};")
                 else:
                     raise Unsplittable(f"line {line}: {name} has a template argument of kind {kind.lower()}")
         bound, assignments, shared = [], [], []
         modified = self._modified(parameters, _body(definition))
         for parameter, argument in zip(parameters, arguments):
-            kind = _kind(parameter.type)
+            kind = cursors.kind(parameter.type)
             declared_type = parameter.type.get_canonical()
             if kind == "LVALUEREFERENCE" and not declared_type.get_pointee().is_const_qualified():
                 raise Unsplittable(f"line {line}: {name} takes {parameter.spelling} by reference")
@@ -915,21 +1003,29 @@ class _GroupWriter:
                 if same is not None:
                     bound.append((parameter.spelling, same))
                     continue
-                if self._uniform(argument):
+                group_value = self._group_parameter(argument)
+                if group_value is not None:
+                    value = group_value
+                if group_value is not None or self._uniform(argument):
                     constant = self._fresh("u")
-                    shared.append(f"std::remove_cv_t<{declared_type.spelling}> {constant} = ({value});")
+                    declaration = f"const std::remove_cv_t<{declared_type.spelling}> {constant} = ({value});"
+                    if set(self.hoisted) & set(re.findall(r"[A-Za-z_]\w*", value)):
+                        shared.append(declaration)  # names a constant the body declares: where it is
+                    else:
+                        self.top.append(declaration)  # one value for the whole group function
                     bound.append((parameter.spelling, constant))
                     continue
             array = self._fresh("a")
-            storage.append(f"std::remove_cv_t<{declared_type.spelling}> {array}[{MAX_THREADS}];")
+            storage.append(self._store(f"std::remove_cv_t<{declared_type.spelling}> {array}[{MAX_THREADS}];"))
             assignments.append(f"{array}[shimkit_t] = ({value});")
             if parameter.spelling:
                 bound.append((parameter.spelling, f"{array}[shimkit_t]"))
-        out.append(" ".join(a for a in storage if a))
+        if any(storage):
+            out.append(" ".join(a for a in storage if a))
         pending.append(" ".join(assignments))
         # The caller's statements before the call (and its arguments) run in the body's first region,
         # unless a name the body's block declares would hide one of theirs.
-        top = {c.spelling for statement in _body(definition).get_children() if _kind(statement) == "DECL_STMT"
+        top = {c.spelling for statement in _body(definition).get_children() if cursors.kind(statement) == "DECL_STMT"
                for c in statement.get_children()}
         carried = self._carried(mask, pending, top | set(template_names))
         if carried is None:
@@ -937,38 +1033,48 @@ class _GroupWriter:
         parts += shared  # constants: the same before and after the caller's statements
         flags_at = len(parts)
         self._qualify(_body(definition))
-        if pattern is not None and _kind(pattern) == "FUNCTION_TEMPLATE" and _body(pattern) is not None:
+        if pattern is not None and cursors.kind(pattern) == "FUNCTION_TEMPLATE" and _body(pattern) is not None:
             self._qualify(_body(pattern))  # the instantiation leaves out some type sugar (opmath_t<T>)
-        saved_scopes, saved_depth = self.scopes, self.loop_depth
+        saved_scopes, saved_depth, saved_uniformity = self.scopes, self.loop_depth, self.uniformity
         self.scopes, self.loop_depth = [[], bound], 0  # the callee sees its parameters, not the caller's names
+        group_parameters = {name for name, element in bound if "shimkit_t" not in element}
+        self.uniformity = Uniformity(
+            _body(definition), lambda statement: bool(self._splits(statement)),
+            lambda declared: cursors.kind(declared) == "PARM_DECL" and declared.semantic_parent == definition
+            and declared.spelling in group_parameters)
         self.inlined.append((result, returned))
+        saved_aliases, self.aliases = self.aliases, aliases
         if _returns_in_loop(_body(definition)):
             self.may_return.add(returned)  # the loop's next iteration runs after the return
         try:
             body = self._block(list(_body(definition).get_children()), inner, carried)
         finally:
-            self.scopes, self.loop_depth = saved_scopes, saved_depth
+            self.scopes, self.loop_depth, self.uniformity = saved_scopes, saved_depth, saved_uniformity
             self.inlined.pop()
+            self.aliases = saved_aliases
         # The flag and the mask exist only where a region tests or clears them: a thread's return from a
         # function that returns last (c10's threadgroup_* helpers) leaves it by leaving its last region.
         flags = ""
         if returned in self.tested:
-            flags = f"bool {returned}[{MAX_THREADS}]; std::memset({returned}, 0, shimkit_count);"
+            self.top.append(f"bool {returned}[{MAX_THREADS}];")
+            flags = f"std::memset({returned}, 0, shimkit_count);"
         else:
             body = body.map(lambda text: text.replace(f"{returned}[shimkit_t] = true; ", ""))
         if inner in self.cleared:
-            flags += f" bool {inner}[{MAX_THREADS}]; std::memcpy({inner}, {mask}, shimkit_count);"
+            self.parents[inner] = mask
+            self.top.append(f"bool {inner}[{MAX_THREADS}];")
+            flags += f" std::memcpy({inner}, {mask}, shimkit_count);"
         else:
             body = body.map(lambda text: re.sub(rf"\b{inner}\b", mask, text))
         parts[flags_at:flags_at] = [flags, body, "}"]
-        out.append(_ending(" ".join(p for p in parts if p), body, body.hidden | set(template_names)))
+        out.append(_ending(" ".join(p for p in parts if p), body, body.hidden | set(template_names), body))
         return result
 
     def _variable_element(self, argument, declared_type, arguments: list) -> str | None:
         """The element a per-thread variable of the caller names, where ``argument`` is that variable alone,
         of the parameter's type and no other argument names it (which could change it through a pointer)."""
-        reference = _unwrapped(argument)
-        if _kind(reference) != "DECL_REF_EXPR" or reference.referenced is None:
+        reference = cursors.unwrapped(argument)
+        if cursors.kind(reference) != "DECL_REF_EXPR" or reference.referenced is None:
             return None
         name = reference.spelling
         element = next((e for scope in reversed(self.scopes) for n, e in reversed(scope) if n == name), None)
@@ -983,8 +1089,8 @@ class _GroupWriter:
     def _uniform(self, argument) -> bool:
         """Whether an argument has one value for the whole group all through the call: a literal, or a
         constant, an array (its address) or a buffer parameter of the kernel, none of them per thread."""
-        expression = _unwrapped(argument)
-        kind = _kind(expression)
+        expression = cursors.unwrapped(argument)
+        kind = cursors.kind(expression)
         if kind in ("INTEGER_LITERAL", "FLOATING_LITERAL", "CXX_BOOL_LITERAL_EXPR"):
             return True
         declared = expression.referenced if kind == "DECL_REF_EXPR" else None
@@ -993,19 +1099,31 @@ class _GroupWriter:
         name = expression.spelling
         if any(n == name for scope in self.scopes for n, _ in scope) or any(n == name for n, _ in self.thread_values):
             return False
-        if _kind(declared) == "ENUM_CONSTANT_DECL":
+        if cursors.kind(declared) == "ENUM_CONSTANT_DECL":
             return True
-        if _kind(declared) == "PARM_DECL":
+        if cursors.kind(declared) == "PARM_DECL":
             return declared.semantic_parent == self.kernel  # a buffer (per-thread copies are in scopes)
-        return _kind(declared) == "VAR_DECL" and (declared.type.is_const_qualified()
-                                                 or _kind(declared.type) == "CONSTANTARRAY")
+        return cursors.kind(declared) == "VAR_DECL" and (declared.type.is_const_qualified()
+                                                 or cursors.kind(declared.type) == "CONSTANTARRAY")
+
+    def _group_parameter(self, argument) -> str | None:
+        """The value of a kernel parameter that is one per group (``threads_per_threadgroup``, ...), where
+        ``argument`` names one alone: an inlined function's parameter bound to it is one value."""
+        expression = cursors.unwrapped(argument)
+        declared = expression.referenced if cursors.kind(expression) == "DECL_REF_EXPR" else None
+        if declared is None or cursors.kind(declared) != "PARM_DECL" or declared.semantic_parent != self.kernel:
+            return None
+        if any(n == expression.spelling for scope in self.scopes for n, _ in scope):
+            return None  # a per-thread copy of a buffer the kernel assigns
+        return next((d.split(" = ", 1)[1].rstrip(";") for name, d in self.thread_values
+                     if name == expression.spelling and name in self.group_values), None)
 
     def _qualify(self, body) -> None:
         """Names the body finds in its namespaces, written ``::ns::name`` so that they mean the same
         where the body is inlined."""
         tokens = list(body.get_tokens())
         previous = {token.extent.start.offset: tokens[i - 1].spelling if i else "" for i, token in enumerate(tokens)}
-        for node in _walk(body):
+        for node in cursors.walk(body):
             if node.kind.name not in ("DECL_REF_EXPR", "TEMPLATE_REF", "TYPE_REF", "OVERLOADED_DECL_REF", "NAMESPACE_REF"):
                 continue
             target = node.referenced
@@ -1024,14 +1142,15 @@ class _GroupWriter:
         self.scopes.append([])
         try:
             body = self._block(statements, mask)
-            return _ending("{ " + body + " }", body, body.hidden)
+            return _ending("{ " + body + " }", body, body.hidden, body)
         finally:
             self.scopes.pop()
 
-    def _declaration(self, statement) -> str | None:
+    def _declaration(self, statement, uniform: list[tuple[str, str]] | None = None) -> str | None:
         """Group-level declarations (threadgroup memory, ``constexpr``, types) stay once, where they are;
         a variable becomes a per-thread array declared there, and its initialisation the returned
-        assignment."""
+        assignment. A uniform variable (uniform.py) is one value, and its (name, assignment) goes to
+        ``uniform``, to run at group level (without ``uniform``, each thread assigns the one value)."""
         children = list(statement.get_children())
         tokens = [t.spelling for t in statement.get_tokens()]
         if any(c.kind.name != "VAR_DECL" for c in children) or "constexpr" in tokens or (
@@ -1053,11 +1172,16 @@ class _GroupWriter:
             if any(word in spelled for word in UNNAMEABLE):
                 raise Unsplittable(f"line {line}: variable {variable.spelling} of type {spelled} is live across a "
                                    f"split and its type cannot be named")
-            if _kind(variable.type) in ("LVALUEREFERENCE", "RVALUEREFERENCE"):
+            if cursors.kind(variable.type) in ("LVALUEREFERENCE", "RVALUEREFERENCE"):
                 raise Unsplittable(f"line {line}: reference {variable.spelling} in a block with a barrier")
             storage = self._fresh("v")
-            self.declared.append(f"std::remove_cv_t<{spelled}> {storage}[{MAX_THREADS}];")
-            self.scopes[-1].append((variable.spelling, f"{storage}[shimkit_t]"))
+            one = variable.hash in self.uniformity.variables
+            if one:
+                self.declared.append(self._store(f"std::remove_cv_t<{spelled}> {storage};"))
+                self.scopes[-1].append((variable.spelling, storage))
+            else:
+                self.declared.append(self._store(f"std::remove_cv_t<{spelled}> {storage}[{MAX_THREADS}];"))
+                self.scopes[-1].append((variable.spelling, f"{storage}[shimkit_t]"))
             initializer = [c for c in variable.get_children() if c.kind.name not in ("TYPE_REF", "TEMPLATE_REF",
                                                                                      "NAMESPACE_REF")]
             variable_tokens = list(variable.get_tokens())
@@ -1065,49 +1189,72 @@ class _GroupWriter:
                            if t.spelling == "=" and i > 0 and variable_tokens[i - 1].spelling == variable.spelling),
                           None)
             if equals is None:
-                if initializer and not _kind(variable.type).endswith("ARRAY"):
+                if initializer and not cursors.kind(variable.type).endswith("ARRAY"):
                     raise Unsplittable(f"line {line}: {variable.spelling} is initialised directly, not with =")
                 continue
-            if _kind(variable.type).endswith("ARRAY"):
+            if cursors.kind(variable.type).endswith("ARRAY"):
                 raise Unsplittable(f"line {line}: array {variable.spelling} initialised in a block with a barrier")
             start = self.src.start(variable_tokens[equals + 1])
             end = self.src.end(variable)
             value = " ".join(line for line in self._text(start, end).split("\n") if not line.lstrip().startswith("#"))
-            assignments.append(f"{variable.spelling} = {value};")
+            if one and uniform is not None:
+                uniform.append((variable.spelling, f"{variable.spelling} = {value};"))
+            else:
+                assignments.append(f"{variable.spelling} = {value};")
         return " ".join(assignments)
 
     def _mask(self, mask: str, value: bool | None) -> tuple[str, str]:
         name = self._fresh("m")
+        self.parents[name] = mask
+        self.top.append(f"bool {name}[{MAX_THREADS}];")
         fill = f"std::memcpy({name}, {mask}, shimkit_count);" if value is None else f"std::memset({name}, 0, shimkit_count);"
-        return name, f"bool {name}[{MAX_THREADS}]; {fill}"
+        return name, fill
 
     def _if(self, statement, mask: str, out: list[str], pending: list[str], flush: Callable[..., None]) -> None:
         children = list(statement.get_children())
-        if any(_kind(c) == "DECL_STMT" or _kind(c) == "VAR_DECL" for c in children[:-1]) or \
+        if any(cursors.kind(c) == "DECL_STMT" or cursors.kind(c) == "VAR_DECL" for c in children[:-1]) or \
                 len(children) not in (2, 3):
             raise Unsplittable(f"line {self._line(statement)}: if with a declaration and a barrier")
         condition, then = children[0], children[1]
         orelse = children[2] if len(children) == 3 else None
-        taken, declare_taken = self._mask(mask, False)
-        other, declare_other = self._mask(mask, False)
+        if not self._splits(condition) and self.uniformity.uniform(condition):
+            # every thread takes the same branch: an `if` around the branches' regions, no masks
+            flush()
+            test = self._group_value(self._code_of_expression(condition))
+            branches = f"if ({test}) {{ {self._branch(then, mask)} }}"
+            if orelse is not None:
+                branches += f" else {{ {self._branch(orelse, mask)} }}"
+            out.append(f"if (shimkit_g.any({mask})) {{ {branches} }}")
+            return
+        taken, fill_taken = self._mask(mask, False)
+        other, fill_other = self._mask(mask, False) if orelse is not None else ("", "")
         def set_masks() -> str:
             return (f"{{ const bool shimkit_c = static_cast<bool>({self._code_of_expression(condition)}); "
-                    f"{taken}[shimkit_t] = shimkit_c; {other}[shimkit_t] = !shimkit_c; }}")
-        # The masks' names are the function's own: they need no block, so the region that sets them can
-        # join the one before.
-        if self._splits(condition):
+                    f"{taken}[shimkit_t] = shimkit_c; " + (f"{other}[shimkit_t] = !shimkit_c; " if other else "") + "}")
+        # The condition is evaluated with the statements before the if (around its simdgroup call, if it
+        # has one), and the first region of the branch taken joins the region that sets the masks.
+        splits = self._splits(condition)
+        if splits and not self._split_directly(condition, splits, mask, out, pending, flush, set_masks):
             flush()
-            out.append(" ".join([declare_taken, declare_other, self._evaluate(mask, condition, set_masks)]))
-        else:  # the condition is evaluated with the statements before the if
-            pending.append(set_masks())
-            flush(f"{declare_taken} {declare_other}")
-        parts = [self._branch(then, taken)]
+            out.append(f"{fill_taken} {fill_other} {self._evaluate(mask, condition, set_masks)}")
+        else:
+            if not splits:
+                pending.append(set_masks())
+            flush(f"{fill_taken} {fill_other}")
+        then_text = self._branch(then, taken)
+        first = then_text.first
+        joined = self._joined(out[-1], mask, taken, first, lambda: first.fragment) if (
+            out and first is not None and first.mask == taken) else None
+        if joined is not None:
+            out[-1] = joined
+            then_text = then_text.without_first()
+        parts = [then_text]
         if orelse is not None:
             parts.append(self._branch(orelse, other))
         out.append(" ".join(parts))
 
-    def _branch(self, statement, mask: str) -> str:
-        if _kind(statement) == "COMPOUND_STMT":
+    def _branch(self, statement, mask: str) -> _Text:
+        if cursors.kind(statement) == "COMPOUND_STMT":
             return self._scoped(list(statement.get_children()), mask)
         return self._scoped([statement], mask)
 
@@ -1128,13 +1275,15 @@ class _GroupWriter:
             condition, body = children
         else:
             body, condition = children
+        if self._uniform_loop(condition, init, step):
+            return self._group_loop(kind, init, condition, step, body, mask)
         running, declare = self._mask(mask, None)
         self.scopes.append([])
         self.loop_depth += 1
         try:
             parts = ["{", declare]
             if init is not None:
-                if _kind(init) == "DECL_STMT":
+                if cursors.kind(init) == "DECL_STMT":
                     if self._splits(init):
                         parts.append(self._evaluate(running, init, lambda: self._declaration(init) or ""))
                     else:
@@ -1150,13 +1299,58 @@ class _GroupWriter:
             elif any(returned in self.may_return for _, returned in self.inlined):
                 # a thread that returned from an inlined function leaves the loop here
                 test = self._region(running, ";")
-            iteration = [self._branch(body, running)]
+            iteration: list[str] = [self._branch(body, running)]
             if step is not None:
                 iteration.append(self._evaluate(running, step, lambda: self._code_of_expression(step) + ";"))
             if kind == "DO_STMT":
                 parts.append(f"for (;;) {{ {' '.join(iteration)} {test} if (!shimkit_g.any({running})) break; }}")
             else:
                 parts.append(f"for (;;) {{ {test} if (!shimkit_g.any({running})) break; {' '.join(iteration)} }}")
+            parts.append("}")
+            return " ".join(parts)
+        finally:
+            self.loop_depth -= 1
+            self.scopes.pop()
+
+    def _uniform_loop(self, condition, init, step) -> bool:
+        """Whether every thread runs a loop's iterations alike: its condition is uniform, and its init and
+        step assign uniform variables (uniform.py)."""
+        if condition is None or any(self._splits(p) for p in (condition, init, step) if p is not None) \
+                or not self.uniformity.uniform(condition):
+            return False
+        if init is not None:
+            variables = ([c for c in init.get_children()] if cursors.kind(init) == "DECL_STMT"
+                         else [written(init)])
+            if not all(v is not None and cursors.kind(v) == "VAR_DECL" and v.hash in self.uniformity.variables
+                       for v in variables):
+                return False
+        target = written(step) if step is not None else None
+        return step is None or (target is not None and target.hash in self.uniformity.variables)
+
+    def _group_loop(self, kind: str, init, condition, step, body, mask: str) -> str:
+        """A loop with a uniform condition: a C++ loop at group level around its body's regions, which run
+        under the loop's own mask (every thread of it runs each iteration)."""
+        self.scopes.append([])
+        self.loop_depth += 1
+        try:
+            parts = ["{"]
+            if init is not None:
+                if cursors.kind(init) == "DECL_STMT":
+                    uniform: list[tuple[str, str]] = []
+                    self._declaration(init, uniform)
+                    parts += self.declared
+                    self.declared = []
+                    parts += [self._group_statement(mask, code, name) for name, code in uniform]
+                else:
+                    parts.append(self._group_statement(mask, self._code_of_expression(init) + ";", written(init).spelling))
+            test = f"shimkit_g.any({mask}) && {self._group_value(self._code_of_expression(condition))}"
+            iteration: list[str] = [self._branch(body, mask)]
+            if step is not None:
+                iteration.append(self._group_statement(mask, self._code_of_expression(step) + ";", written(step).spelling))
+            if kind == "DO_STMT":
+                parts.append(f"do {{ {' '.join(iteration)} }} while ({test});")
+            else:
+                parts.append(f"while ({test}) {{ {' '.join(iteration)} }}")
             parts.append("}")
             return " ".join(parts)
         finally:
@@ -1187,7 +1381,7 @@ class _GroupWriter:
             if at < semicolons[0]:
                 init = child
             elif at < semicolons[1]:
-                if _kind(child) in ("DECL_STMT", "VAR_DECL"):
+                if cursors.kind(child) in ("DECL_STMT", "VAR_DECL"):
                     raise Unsplittable(f"line {self._line(statement)}: a for condition that declares")
                 condition = child
             elif at < close:
@@ -1217,57 +1411,66 @@ class _Region(str):
         return text
 
 
+class _Out(list):
+    """A block's group-level code, piece by piece, without empty pieces (a region joins the one before
+    it only where nothing stands between them)."""
+
+    def append(self, text: str) -> None:
+        if text.strip():
+            super().append(text)
+
+
 class _Carried(str):
     """One thread's code from a caller, bound to its names, to run first in a callee's first region."""
 
 
 class _Text(str):
     """Group-level code; ``last`` is the region it ends with, followed by nothing but the ends of blocks
-    (or None), and ``hidden`` the names those blocks declare."""
+    (or None), and ``hidden`` the names those blocks declare; ``first`` the region it starts with, after
+    nothing but the openings of blocks (or None)."""
 
     last: _Region | None
     hidden: set[str]
+    first: _Region | None
 
-    def __new__(cls, text: str, last: _Region | None, hidden: set[str]):
+    def __new__(cls, text: str, last: _Region | None, hidden: set[str], first: _Region | None = None):
         out = super().__new__(cls, text)
-        out.last, out.hidden = last, hidden
+        out.last, out.hidden, out.first = last, hidden, first
         return out
 
     def map(self, edit: Callable[[str], str]) -> _Text:
-        last = _Region(edit(self.last.mask), edit(self.last.fragment)) if self.last is not None else None
-        return _Text(edit(self), last, self.hidden)
+        def region(r: _Region | None) -> _Region | None:
+            return _Region(edit(r.mask), edit(r.fragment)) if r is not None else None
+        return _Text(edit(self), region(self.last), self.hidden, region(self.first))
+
+    def without_first(self) -> _Text:
+        """The text with its first region taken out (it runs joined to the region before)."""
+        assert self.first is not None
+        at = self.index(self.first)
+        return _Text(self[:at] + self[at + len(self.first):], None if self.last is self.first else self.last,
+                     self.hidden)
 
 
-def _ending(text: str, tail, hidden: set[str]) -> _Text:
-    """``text`` as _Text, where ``tail`` is the code it ends with (before the ends of its blocks)."""
+def _ending(text: str, tail, hidden: set[str], head=None) -> _Text:
+    """``text`` as _Text, where ``tail`` is the code it ends with (before the ends of its blocks) and
+    ``head`` the code it starts with (after the openings of its blocks)."""
+    first = head if isinstance(head, _Region) else head.first if isinstance(head, _Text) else None
+    if first is not None and text[:text.index(first)].strip(" {"):
+        first = None
     if isinstance(tail, _Region):
-        return _Text(text, tail, hidden)
+        return _Text(text, tail, hidden, first)
     if isinstance(tail, _Text) and tail.last is not None:
-        return _Text(text, tail.last, hidden | tail.hidden)
-    return _Text(text, None, hidden)
+        return _Text(text, tail.last, hidden | tail.hidden, first)
+    return _Text(text, None, hidden, first)
 
 
-def _unwrapped(expression):
-    """An expression without the implicit conversions and parentheses libclang wraps around it, nor casts
-    to its own type (c10's `static_cast<opmath_t<T>>(val)` of a float)."""
-    while True:
-        kind = _kind(expression)
-        children = [c for c in expression.get_children() if not _kind(c).endswith("_REF")]
-        if len(children) != 1:
-            return expression
-        if kind in ("UNEXPOSED_EXPR", "PAREN_EXPR") or (
-                kind in ("CXX_STATIC_CAST_EXPR", "CSTYLE_CAST_EXPR", "CXX_FUNCTIONAL_CAST_EXPR")
-                and expression.type.get_canonical().spelling == children[0].type.get_canonical().spelling):
-            expression = children[0]
-        else:
-            return expression
 
 
 def _returns_in_loop(body) -> bool:
     """Whether a function body returns from inside a loop (outside lambdas)."""
     def visit(node, in_loop: bool) -> bool:
         for child in node.get_children():
-            kind = _kind(child)
+            kind = cursors.kind(child)
             if kind == "LAMBDA_EXPR":
                 continue
             if (kind == "RETURN_STMT" and in_loop) or visit(child, in_loop or kind in LOOPS):

@@ -1,10 +1,13 @@
 """Kernels with barriers split into work-group loops (metal/loops.py) against the same kernels on
 cooperative fibers, element for element: hypothesis writes the kernels (random numbers of barrier regions,
 uniform loops with barriers inside, simdgroup functions in uniform and divergent branches, threads that
-return early) and runs them at group sizes that are and are not multiples of 32, with partial edge groups.
+return early, values uniform over the group and values that only look uniform, blocks that end at a
+barrier) and runs them at group sizes that are and are not multiples of 32, with partial edge groups.
 Then what the splitter refuses, and that it says why."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -39,9 +42,11 @@ def steps(draw, depth: int = 0, returned: bool = False) -> tuple[list[str], bool
     that returned leaves stale threadgroup memory, so later regions read only their own)."""
     lines: list[str] = []
     for _ in range(draw(st.integers(1, 4))):
-        choice = draw(st.sampled_from(["barrier", "simd", "branch", "loop", "return", "local"]
-                                      if depth < 2 else ["barrier", "simd", "local"]))
+        choice = draw(st.sampled_from(["barrier", "simd", "branch", "loop", "return", "local", "uniform",
+                                       "divergent", "tree", "uniform branch", "countdown", "block"]
+                                      if depth < 2 else ["barrier", "simd", "local", "uniform", "divergent"]))
         shift = draw(st.integers(0, 40))
+        name = f"{choice[0]}{depth}_{len(lines)}"
         if choice == "barrier":
             source = "t" if returned else f"(t + {shift}u) % n"
             lines += ["shared[t] = mine;", "threadgroup_barrier(mem_flags::mem_threadgroup);",
@@ -66,6 +71,33 @@ def steps(draw, depth: int = 0, returned: bool = False) -> tuple[list[str], bool
         elif choice == "return" and depth == 0:
             lines.append(f"if (i % 7u == {shift % 7}u) {{ out[i] = mine + 1000u; return; }}")
             returned = True
+        elif choice == "uniform":
+            # one value for the group (metal/uniform.py): assigned at group level, read after a barrier
+            lines += [f"uint {name} = n / {shift % 5 + 1}u + {shift}u;", f"{name} += n % 3u;",
+                      "threadgroup_barrier(mem_flags::mem_threadgroup);", f"mine += {name} * 7u;"]
+        elif choice == "divergent":
+            # assigned alike at group level, but also under a branch some threads skip: per thread
+            lines += [f"uint {name} = {shift}u;", f"if (lane % 3u == 1u) {{ {name} = mine; mine += simd_sum(1u); }}",
+                      "threadgroup_barrier(mem_flags::mem_threadgroup);", f"mine ^= {name};"]
+        elif choice == "tree" and not returned:
+            # a tree reduction in threadgroup memory: a uniform loop with a barrier, one region per step
+            lines += ["shared[t] = mine;", "threadgroup_barrier(mem_flags::mem_threadgroup);",
+                      f"for (uint {name} = n / 2u; {name} > 0u; {name} /= 2u) {{",
+                      f"  if (t < {name} && t + {name} < n) shared[t] += shared[t + {name}];",
+                      "  threadgroup_barrier(mem_flags::mem_threadgroup);", "}",
+                      "mine += shared[0];", "threadgroup_barrier(mem_flags::mem_threadgroup);"]
+        elif choice == "uniform branch":
+            inner, returned = draw(steps(depth + 1, returned))
+            lines += [f"if (n > {shift}u) {{", *inner, "} else {", "  mine ^= 5u;",
+                      "  threadgroup_barrier(mem_flags::mem_threadgroup);", "}"]
+        elif choice == "countdown":
+            inner, returned = draw(steps(depth + 1, returned))
+            lines += [f"uint {name} = n % {shift % 3 + 1}u + 1u;", f"while ({name} > 0u) {{", *inner,
+                      f"  mine += {name};", f"  {name}--;", "}"]
+        elif choice == "block" and not returned:
+            # a block that ends at a barrier: the statements after it read another thread's value
+            lines += ["{", "  shared[t] = mine;", "  threadgroup_barrier(mem_flags::mem_threadgroup);", "}",
+                      f"mine = mine * 5u + shared[(t + {shift}u) % n];", "threadgroup_barrier(mem_flags::mem_threadgroup);"]
     return lines, returned
 
 
@@ -120,6 +152,41 @@ def test_a_tree_reduction_splits_and_its_threadgroup_memory_is_measured():
     lib.fixed(out, values, threads=64, group_size=64)
     lanes = values.view(2, 32).sum(1).repeat_interleave(32)
     assert torch.equal(out, values.sum() + lanes)
+
+
+UNIFORM_AND_NOT = HEADER.replace("kernel void generated", "kernel void uniformity") + """
+  uint looks_uniform = 1u;
+  if (lane % 2u == 0u) {
+    looks_uniform = 2u;
+    mine += simd_sum(mine);
+  }
+  shared[t] = mine;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint stride = n / 2; stride > 0; stride /= 2) {
+    if (t < stride) shared[t] += shared[t + stride];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  out[i] = shared[0] * looks_uniform;
+}
+"""
+
+
+def test_a_value_uniform_over_the_group_is_one_value_and_its_loop_runs_at_group_level():
+    """The tree reduction's stride is one value for the group (metal/uniform.py): its loop is a C++ loop
+    around one loop over the threads per step, with no per-thread mask; a variable also assigned where only
+    some threads go stays one per thread."""
+    text = compile_library(UNIFORM_AND_NOT)[1].text
+    group = text[text.index("uniformity__shimkit_group"):]
+    assert re.search(r"auto& stride = shimkit_v\d+;", group), group
+    assert re.search(r"auto& looks_uniform = shimkit_v\d+\[shimkit_t\];", group), group
+    loop = group[group.index("while ("):]
+    assert loop.count("shimkit_g.region(") >= 1 and "std::memcpy" not in loop[:loop.index("shimkit_g.region(")]
+    values = torch.arange(100, dtype=torch.int32)
+    split, fibers = torch.zeros_like(values), torch.zeros_like(values)
+    ShaderLibrary(UNIFORM_AND_NOT).uniformity(split, values, threads=100, group_size=50)
+    ShaderLibrary(UNIFORM_AND_NOT, split_barriers=False).uniformity(fibers, values, threads=100, group_size=50)
+    assert torch.equal(split, fibers)
+    assert not torch.equal(split[0::2], split[1::2])  # the per-thread value made a difference
 
 
 @pytest.mark.parametrize("statement, direct", [
@@ -401,14 +468,17 @@ def test_inlined_functions_with_shared_and_aliased_parameters_compute_what_fiber
         assert torch.equal(actual, expected), limit
 
 
-def test_c10s_threadgroup_sum_inlined_is_six_loops_over_the_group():
+def test_c10s_threadgroup_sum_inlined_is_five_loops_over_the_group():
     """Of the twelve regions c10's threadgroup_sum split into (its simd_sum wrapper's copies, returned
-    flags and masks), six remain: the caller's statements before and after the call join the callee's
-    first and last regions, and its arguments are not copied per thread."""
+    flags and masks), five remain: the caller's statements before and after the call join the callee's
+    first and last regions, its arguments are not copied per thread, `if (size > simdgroup_size)` (the
+    size a `threads_per_threadgroup` parameter) is one test for the group with no mask, and the first
+    region of `if (idx < ...)` joins the region that sets its mask."""
     source = C10_HELPERS.replace("  auto largest = c10::metal::threadgroup_max(partial, v, t, n);\n", "").replace(
         "  auto where = c10::metal::threadgroup_argmax(values, indices, v, long(i), t, n);\n", "").replace(
         "    maxima[group] = largest;\n    argmaxima[group] = where;\n", "")
     text = compile_library(source)[1].text
     group = text[text.index("helpers__shimkit_group"):]
-    assert group.count("shimkit_g.region(") == 6 and group.count("shimkit_g.lanes(") == 2, group
+    assert group.count("shimkit_g.region(") == 5 and group.count("shimkit_g.lanes(") == 2, group
+    assert len(re.findall(r"bool shimkit_m\d+\[", group)) == 1, group  # the mask of `idx < ...` only
     assert "kMaxGroupThreads]; std::memcpy" not in group  # no inlined function's mask is copied

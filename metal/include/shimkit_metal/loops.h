@@ -56,7 +56,7 @@ class LoopGroup {
             : base.group_size[0] == 1 && base.group_size[1] == 1 ? 2
                                                                  : -1;
     reverse_ = base.reverse != 0;
-    for (uint t = 0; t < count; ++t) alive[t] = true;
+    std::memset(alive, 1, count);
   }
   ~LoopGroup() {
     now_.loop_mode = LoopMode::kOff;
@@ -66,11 +66,7 @@ class LoopGroup {
 
   const ThreadInfo& base() const { return base_; }
   Coordinate in_group(uint t) const {
-    if (axis_ >= 0) {
-      Coordinate at{{0, 0, 0}};
-      at.v[axis_] = t;
-      return at;
-    }
+    if (axis_ >= 0) return {{axis_ == 0 ? t : 0, axis_ == 1 ? t : 0, axis_ == 2 ? t : 0}};
     const uint x = base_.group_size[0], y = base_.group_size[1];
     return {{t % x, (t / x) % y, t / (x * y)}};
   }
@@ -88,14 +84,26 @@ class LoopGroup {
     const auto run = [&](uint t) __attribute__((always_inline)) {
       if (!mask[t] || !alive[t]) return;
       if (mode != LoopMode::kOff) enter(t);
-      if (!region(t)) alive[t] = false;
+      if (!region(t)) leave(t);
     };
-    // Two loops, so that the usual forward one has no index arithmetic (the generated regions are
-    // always_inline: the compiler would otherwise inline the region in neither copy).
-    if (reverse_) {
-      for (uint t = count_; t-- > 0;) run(t);
+    // Three loops (the generated regions are always_inline, so each is a copy of the region): the general
+    // one (the race check's reverse order, lane records, threads that returned), and while no thread has
+    // returned, one over the group with no test at all, and one that tests the mask eight threads at a time
+    // (a branch's few threads cost no pass over the whole group).
+    if (reverse_ || mode != LoopMode::kOff || !everyone_) {
+      for (uint k = 0; k < count_; ++k) run(reverse_ ? count_ - 1 - k : k);
+    } else if (mask == alive) {
+      for (uint t = 0; t < count_; ++t)
+        if (!region(t)) leave(t);
     } else {
-      for (uint t = 0; t < count_; ++t) run(t);
+      for (uint t = 0; t < count_; t += 8) {
+        unsigned long long word = 1;  // a partial last eight: test each thread
+        const uint end = t + 8 < count_ ? t + 8 : count_;
+        if (end == t + 8) std::memcpy(&word, mask + t, sizeof(word));
+        if (!word) continue;
+        for (uint k = t; k < end; ++k)
+          if ((word == kAllEight || mask[k]) && !region(k)) leave(k);
+      }
     }
     now_.loop_mode = LoopMode::kOff;
     now_.fiber = nullptr;
@@ -133,16 +141,26 @@ class LoopGroup {
     for (uint first = 0; first < count_; first += kSimdWidth) {
       bool on[kSimdWidth];
       bool any = false;
-      for (uint i = 0; i < kSimdWidth; ++i) {
-        const uint t = first + i;
-        on[i] = t < count_ && mask[t] && alive[t];
-        any |= on[i];
+      if (first + kSimdWidth <= count_) {  // a whole simdgroup: its 32 bools as four words
+        unsigned long long words[kSimdWidth / 8], living[kSimdWidth / 8];
+        std::memcpy(words, mask + first, sizeof(words));
+        std::memcpy(living, alive + first, sizeof(living));
+        for (uint k = 0; k < kSimdWidth / 8; ++k) words[k] &= living[k];
+        std::memcpy(on, words, sizeof(words));
+        any = (words[0] | words[1] | words[2] | words[3]) != 0;
+      } else {
+        for (uint i = 0; i < kSimdWidth; ++i) {
+          const uint t = first + i;
+          on[i] = t < count_ && mask[t] && alive[t];
+          any |= on[i];
+        }
       }
       if (any) combine(on, first);
     }
   }
 
   bool any(const bool* mask) const {
+    if (everyone_ && mask == alive) return count_ > 0;
     for (uint t = 0; t < count_; ++t)
       if (mask[t] && alive[t]) return true;
     return false;
@@ -151,6 +169,11 @@ class LoopGroup {
   bool alive[kMaxGroupThreads];
 
  private:
+  void leave(uint t) {
+    alive[t] = false;
+    everyone_ = false;
+  }
+
   // A thread's lane record is set up where it is used (a record is a few hundred bytes: setting all of
   // them for every group cost as much as a region).
   void enter(uint t) {
@@ -190,6 +213,7 @@ class LoopGroup {
   uint count_;
   int axis_;
   bool reverse_;
+  bool everyone_ = true;  // no thread has returned from the kernel
   Fiber* lanes_;
   LaneReplay* replays_;
   Executing& now_;

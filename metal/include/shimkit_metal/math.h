@@ -161,13 +161,18 @@ template <class T> inline T abs(const T& a) {
     return a;
   }
 }
+namespace detail {
+// fmax / fmin without a call into libm (which the compiler makes for __builtin_fmaxf without
+// -ffinite-math-only): `a` where it wins, `b` otherwise, unless `b` is NaN.
+inline float select_number(bool a_wins, float a, float b) { return (a_wins || b != b) ? a : b; }
+}  // namespace detail
 template <class T> inline T max(const T& a, const T& b) {
   if constexpr (is_vector_v<T>) {
     T r;
     for (int i = 0; i < T::size; ++i) r.v[i] = max(a.v[i], b.v[i]);
     return r;
   } else if constexpr (is_floating_point_v<T>) {
-    return T(__builtin_fmaxf(float(a), float(b)));
+    return T(detail::select_number(float(a) > float(b), float(a), float(b)));
   } else {
     return a < b ? b : a;
   }
@@ -178,7 +183,7 @@ template <class T> inline T min(const T& a, const T& b) {
     for (int i = 0; i < T::size; ++i) r.v[i] = min(a.v[i], b.v[i]);
     return r;
   } else if constexpr (is_floating_point_v<T>) {
-    return T(__builtin_fminf(float(a), float(b)));
+    return T(detail::select_number(float(a) < float(b), float(a), float(b)));
   } else {
     return b < a ? b : a;
   }

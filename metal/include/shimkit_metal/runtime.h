@@ -29,6 +29,7 @@ namespace shimkit_metal {
 
 using metal::uint;
 constexpr uint kSimdWidth = 32;
+constexpr unsigned long long kAllEight = 0x0101010101010101ull;  // eight bools, all true, read as one word
 constexpr size_t kLaneBytes = 64;
 
 struct ThreadInfo {

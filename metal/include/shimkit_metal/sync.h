@@ -21,9 +21,17 @@ using shimkit_metal::set_result;
 struct FiberLanes {
   Fiber** lanes;
   bool active(uint i) const { return lanes[i] != nullptr; }
+  bool full() const {
+    for (uint i = 0; i < kSimdWidth; ++i)
+      if (!lanes[i]) return false;
+    return true;
+  }
   template <class T> T value(uint i) const { return lane_value<T>(lanes[i]); }
   long argument(uint i) const { return lanes[i]->argument; }
   template <class T> void set(uint i, const T& v) const { set_result(lanes[i], v); }
+  template <class T> void set_all(const T& v) const {
+    for (uint i = 0; i < kSimdWidth; ++i) set_result(lanes[i], v);
+  }
 };
 template <class V, class A = long> struct ArrayLanes {
   const bool* on;
@@ -31,12 +39,39 @@ template <class V, class A = long> struct ArrayLanes {
   const V* values;
   const A* arguments = nullptr;
   bool active(uint i) const { return on[i]; }
+  bool full() const {  // 32 bools of value 1, read as four words
+    unsigned long long words[kSimdWidth / 8];
+    std::memcpy(words, on, sizeof(words));
+    return (words[0] & words[1] & words[2] & words[3]) == shimkit_metal::kAllEight;
+  }
   template <class T> T value(uint i) const { return values[i]; }
   long argument(uint i) const { return long(arguments[i]); }
   template <class T> void set(uint i, const T& v) const { results[i] = v; }
+  // Through a local pointer: with -fno-strict-aliasing a store through `results` might change `results`.
+  template <class T> void set_all(const T& v) const {
+    V* const out = results;
+    for (uint i = 0; i < kSimdWidth; ++i) out[i] = v;
+  }
 };
 
+// A full simdgroup combines as a butterfly (lane i with lane i + 16, then + 8, ...), the order a GPU's
+// shuffle reduction takes, in five steps the compiler vectorises; a partial one lane after lane.
+template <class T, class Op, uint Width> inline void fold_half(T* v) {
+  for (uint i = 0; i < Width; ++i) v[i] = Op()(v[i], v[i + Width]);
+}
 template <class T, class Op, class Lanes> void reduce_lanes(const Lanes& lanes) {
+  static_assert(kSimdWidth == 32, "the butterfly below folds 32 lanes");
+  if (lanes.full()) {
+    T v[kSimdWidth];
+    for (uint i = 0; i < kSimdWidth; ++i) v[i] = lanes.template value<T>(i);
+    fold_half<T, Op, 16>(v);
+    fold_half<T, Op, 8>(v);
+    fold_half<T, Op, 4>(v);
+    fold_half<T, Op, 2>(v);
+    fold_half<T, Op, 1>(v);
+    lanes.set_all(v[0]);
+    return;
+  }
   bool have = false;
   T acc{};
   for (uint i = 0; i < kSimdWidth; ++i) {
@@ -248,30 +283,51 @@ SHIMKIT_LANES_SHUFFLE(simd_shuffle_rotate_up, source_rotate_up)
 template <class T> inline void simd_broadcast_first(const bool* on, T* out, const T* v) {
   simd_detail::broadcast_first_lanes<T>(ArrayLanes<T>{on, out, v});
 }
-inline void simd_ballot(const bool* on, simd_vote* out, const bool* predicate) {
-  unsigned long bits = 0, active = 0;
+// The lanes' votes as bits: a bit per active lane (`active`) and per active lane whose predicate holds.
+inline void vote_bits(const bool* on, const bool* predicate, unsigned long& active, unsigned long& bits) {
+  active = bits = 0;
   for (uint i = 0; i < shimkit_metal::kSimdWidth; ++i) {
-    if (!on[i]) continue;
+    if (!on[i]) continue;  // an inactive lane's predicate was never written
     active |= 1ul << i;
-    if (predicate[i]) bits |= 1ul << i;
+    bits |= static_cast<unsigned long>(predicate[i]) << i;
   }
-  for (uint i = 0; i < shimkit_metal::kSimdWidth; ++i) {
-    if (!on[i]) continue;
-    out[i] = simd_vote(bits);
-    out[i].active = active;
-  }
+}
+inline void simd_ballot(const bool* on, simd_vote* out, const bool* predicate) {
+  unsigned long active, bits;
+  vote_bits(on, predicate, active, bits);
+  simd_vote vote(bits);
+  vote.active = active;
+  for (uint i = 0; i < shimkit_metal::kSimdWidth; ++i)
+    if (on[i]) out[i] = vote;
+}
+// A full simdgroup's votes are read as four words (bools hold 0 or 1).
+inline bool full_vote(const bool* on, const bool* predicate, bool all, bool& result) {
+  if (!ArrayLanes<bool>{on, nullptr, nullptr}.full()) return false;
+  unsigned long long words[shimkit_metal::kSimdWidth / 8];
+  std::memcpy(words, predicate, sizeof(words));
+  result = all ? (words[0] & words[1] & words[2] & words[3]) == shimkit_metal::kAllEight
+               : (words[0] | words[1] | words[2] | words[3]) != 0;
+  return true;
 }
 inline void simd_any(const bool* on, bool* out, const bool* predicate) {
-  simd_vote votes[shimkit_metal::kSimdWidth];
-  simd_ballot(on, votes, predicate);
+  bool any;
+  if (!full_vote(on, predicate, false, any)) {
+    unsigned long active, bits;
+    vote_bits(on, predicate, active, bits);
+    any = bits != 0;
+  }
   for (uint i = 0; i < shimkit_metal::kSimdWidth; ++i)
-    if (on[i]) out[i] = votes[i].any();
+    if (on[i]) out[i] = any;
 }
 inline void simd_all(const bool* on, bool* out, const bool* predicate) {
-  simd_vote votes[shimkit_metal::kSimdWidth];
-  simd_ballot(on, votes, predicate);
+  bool all;
+  if (!full_vote(on, predicate, true, all)) {
+    unsigned long active, bits;
+    vote_bits(on, predicate, active, bits);
+    all = bits == active;
+  }
   for (uint i = 0; i < shimkit_metal::kSimdWidth; ++i)
-    if (on[i]) out[i] = votes[i].all();
+    if (on[i]) out[i] = all;
 }
 }  // namespace lanes
 

@@ -1,0 +1,278 @@
+"""Uniformity: the values of a split kernel that every thread of a threadgroup holds alike.
+
+POCL's work-group loops keep a variable that every work-item computes alike as one value for the group
+(``VariableUniformityAnalysis``), and run a loop or branch whose condition is such a value as ordinary
+control flow around the loops over the threads. ``loops.py`` does the same with what this module finds: a
+uniform variable is one value in the group function, its assignments run once per group, and an ``if`` or
+loop with a barrier whose condition is uniform runs at group level, with no per-thread mask. The tree
+reduction ``for (uint s = size / 2; s > 0; s /= 2) { ...; threadgroup_barrier(...); }`` becomes one C++
+loop around one loop over the threads, instead of three loops over the threads per step.
+
+A value is uniform when it is built by operators, casts and literals from
+
+* constants (enumerators, ``const`` variables outside the function, template arguments),
+* the kernel's buffer pointers (the pointer, not what it points to), ``constant`` buffer references and
+  thread parameters that are one per group (``threads_per_threadgroup``, ``threadgroup_position_in_grid``,
+  ...), or an inlined function's parameters bound to such values (the ``seeds``),
+* and uniform variables.
+
+A variable is uniform when it has an arithmetic or pointer type, its address is never taken nor is it
+bound to a reference, and each assignment to it (its initialisation included) is a whole statement that
+runs at group level (a direct statement of a block with a split point, or the init or step of a loop with
+one), under uniform control (every ``if`` and loop around it has a uniform condition), and assigns a
+uniform value. The last two depend on which variables are uniform: the analysis starts from every
+candidate and drops those that break a rule until none does. Memory (device or threadgroup) is never
+uniform: another thread may write it between two barriers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import shimkit.metal.cursors as cursors
+
+ARITHMETIC = {"BOOL", "CHAR_U", "UCHAR", "CHAR16", "CHAR32", "USHORT", "UINT", "ULONG", "ULONGLONG", "CHAR_S",
+              "SCHAR", "WCHAR", "SHORT", "INT", "LONG", "LONGLONG", "FLOAT", "DOUBLE", "POINTER"}
+LITERALS = {"INTEGER_LITERAL", "FLOATING_LITERAL", "CXX_BOOL_LITERAL_EXPR", "CHARACTER_LITERAL", "CXX_UNARY_EXPR"}
+PURE_UNARY = {"-", "+", "!", "~"}
+ASSIGNMENTS = {"=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>="}
+STEPS = {"++", "--"}
+LOOPS = {"FOR_STMT", "WHILE_STMT", "DO_STMT"}
+
+
+def written(statement):
+    """The variable a statement assigns, where the statement is one assignment (``v = e``, ``v += e``,
+    ``++v``, ``v--``) to a variable named alone; else None."""
+    expression = cursors.unwrapped(statement)
+    kind = cursors.kind(expression)
+    children = cursors.operands(expression)
+    if kind in ("BINARY_OPERATOR", "COMPOUND_ASSIGNMENT_OPERATOR") and len(children) == 2:
+        if cursors.operator(expression) not in ASSIGNMENTS:
+            return None
+        target = children[0]
+    elif kind == "UNARY_OPERATOR" and len(children) == 1 and cursors.operator(expression) in STEPS:
+        target = children[0]
+    else:
+        return None
+    target = cursors.unwrapped(target)
+    if cursors.kind(target) != "DECL_REF_EXPR" or target.referenced is None:
+        return None
+    return target.referenced
+
+
+def assigned_value(statement):
+    """The value an assignment statement assigns (None for ``++`` / ``--``)."""
+    expression = cursors.unwrapped(statement)
+    children = cursors.operands(expression)
+    return children[1] if len(children) == 2 else None
+
+
+class Uniformity:
+    """The uniform variables of one function body (the kernel's, or an inlined function's).
+
+    ``group_level(statement)``: whether a compound statement, ``if`` or loop contains a split point (its
+    statements are then written at group level); ``seeds(declaration)``: whether a declaration from
+    outside the body (a parameter) is uniform.
+
+    Example: in ``for (uint s = size / 2; s > 0; s /= 2) { if (t < s) p[t] += p[t + s]; barrier(); }``
+    with ``size`` a ``threads_per_threadgroup`` parameter, ``s`` is uniform and so is ``s > 0``; ``t < s``
+    is not (``t`` is the thread's position)."""
+
+    def __init__(self, body, group_level: Callable[[Any], bool], seeds: Callable[[Any], bool]) -> None:
+        self.group_level, self.seeds = group_level, seeds
+        self.variables: set[int] = set()   # hashes of the uniform variables' declarations
+        self.locals: set[int] = set()      # hashes of every variable the body declares
+        # for each candidate: (conditions it is assigned under, the assigned value or None)
+        writes: dict[int, list[tuple[tuple, object]]] = {}
+        sanctioned: dict[int, int] = {}    # hash -> assignments at group level, by statement
+        self._collect(body, (), writes, sanctioned)
+        touched = self._touched(body)      # hash -> every assignment or address-of of the variable
+        candidates = {h for h in writes if touched.get(h, 0) == sanctioned.get(h, 0)}
+        self.variables = candidates
+        changed = True
+        while changed:
+            changed = False
+            for variable in sorted(self.variables):
+                if not all(all(self.uniform(c) for c in conditions) and (value is None or self.uniform(value))
+                           for conditions, value in writes[variable]):
+                    self.variables.discard(variable)
+                    changed = True
+
+    def uniform(self, expression) -> bool:
+        """Whether ``expression`` has one value for the whole group (see the module's docstring)."""
+        if expression is None:
+            return False
+        kind = cursors.kind(expression)
+        children = cursors.operands(expression)
+        if kind in LITERALS:
+            return True
+        if kind in cursors.TRANSPARENT or kind in cursors.CASTS:
+            return len(children) == 1 and self.uniform(children[0])
+        if kind == "BINARY_OPERATOR":
+            return (len(children) == 2 and cursors.operator(expression) not in ASSIGNMENTS | {","}
+                    and all(self.uniform(c) for c in children))
+        if kind == "UNARY_OPERATOR":
+            return len(children) == 1 and cursors.operator(expression) in PURE_UNARY and self.uniform(children[0])
+        if kind == "CONDITIONAL_OPERATOR":
+            return len(children) == 3 and all(self.uniform(c) for c in children)
+        if kind == "DECL_REF_EXPR":
+            return self._uniform_declaration(expression.referenced)
+        return False
+
+    def _uniform_declaration(self, declared) -> bool:
+        if declared is None:
+            return False
+        kind = cursors.kind(declared)
+        if declared.hash in self.locals:
+            return declared.hash in self.variables
+        if kind in ("ENUM_CONSTANT_DECL", "TEMPLATE_NON_TYPE_PARAMETER"):
+            return True
+        if kind == "VAR_DECL":
+            parent = declared.semantic_parent
+            outside = parent is None or cursors.kind(parent) not in ("FUNCTION_DECL", "FUNCTION_TEMPLATE",
+                                                                     "CXX_METHOD", "LAMBDA_EXPR")
+            return outside and declared.type.is_const_qualified()
+        return self.seeds(declared)
+
+    def _collect(self, block, conditions: tuple, writes: dict, sanctioned: dict) -> None:
+        """The candidates declared at group level in ``block`` and their assignments there."""
+        for statement in block.get_children():
+            self._statement(statement, conditions, writes, sanctioned)
+
+    def _statement(self, statement, conditions: tuple, writes: dict, sanctioned: dict) -> None:
+        kind = cursors.kind(statement)
+        self._declare_all(statement)
+        if not self.group_level(statement):
+            if kind == "DECL_STMT":
+                self._declarations(statement, conditions, writes, sanctioned)
+            else:
+                self._assignment(statement, conditions, writes, sanctioned)
+            return
+        children = list(statement.get_children())
+        if kind == "COMPOUND_STMT":
+            self._collect(statement, conditions, writes, sanctioned)
+        elif kind == "IF_STMT" and len(children) in (2, 3):
+            for branch in children[1:]:
+                self._branch(branch, conditions + (children[0],), writes, sanctioned)
+        elif kind in LOOPS:
+            condition, init, step, body = self._loop_parts(statement, children)
+            inside = conditions + (condition,)
+            if init is not None:
+                if cursors.kind(init) == "DECL_STMT":
+                    self._declarations(init, conditions, writes, sanctioned)
+                else:
+                    self._assignment(init, conditions, writes, sanctioned)
+            if step is not None:
+                self._assignment(step, inside, writes, sanctioned)
+            self._branch(body, inside, writes, sanctioned)
+
+    def _branch(self, statement, conditions: tuple, writes: dict, sanctioned: dict) -> None:
+        if cursors.kind(statement) == "COMPOUND_STMT":
+            self._collect(statement, conditions, writes, sanctioned)
+        else:
+            self._statement(statement, conditions, writes, sanctioned)
+
+    @staticmethod
+    def _loop_parts(statement, children: list):
+        """(condition, init, step, body) of a loop; a for loop's parts are told apart by where they lie
+        against its semicolons (libclang leaves out the missing ones). A loop without a condition has the
+        placeholder ``None``, which is not uniform."""
+        kind = cursors.kind(statement)
+        if kind == "WHILE_STMT":
+            return (children[0] if len(children) == 2 else None), None, None, children[-1]
+        if kind == "DO_STMT":
+            return (children[1] if len(children) == 2 else None), None, None, children[0]
+        tokens = list(statement.get_tokens())
+        depth, semicolons = 0, []
+        for token in tokens[1:]:
+            if token.spelling in "([{":
+                depth += 1
+            elif token.spelling in ")]}":
+                depth -= 1
+                if depth == 0:
+                    break
+            elif token.spelling == ";" and depth == 1:
+                semicolons.append(token.extent.start.offset)
+        init = condition = step = None
+        if len(semicolons) == 2:
+            for child in children[:-1]:
+                at = child.extent.start.offset
+                if at < semicolons[0]:
+                    init = child
+                elif at < semicolons[1]:
+                    condition = child
+                else:
+                    step = child
+        return condition, init, step, children[-1]
+
+    def _declare_all(self, statement) -> None:
+        for node in [statement, *cursors.walk(statement, into_lambdas=True)]:
+            if cursors.kind(node) == "VAR_DECL":
+                self.locals.add(node.hash)
+
+    def _declarations(self, statement, conditions: tuple, writes: dict, sanctioned: dict) -> None:
+        for variable in statement.get_children():
+            if cursors.kind(variable) != "VAR_DECL" or cursors.kind(variable.type.get_canonical()) not in ARITHMETIC:
+                continue
+            values = [c for c in cursors.operands(variable)]
+            writes.setdefault(variable.hash, []).append((conditions, values[-1] if values else None))
+            if values:
+                sanctioned[variable.hash] = sanctioned.get(variable.hash, 0) + 1
+
+    def _assignment(self, statement, conditions: tuple, writes: dict, sanctioned: dict) -> None:
+        variable = written(statement)
+        if variable is None:
+            return
+        writes.setdefault(variable.hash, []).append((conditions, assigned_value(statement)))
+        sanctioned[variable.hash] = sanctioned.get(variable.hash, 0) + 1
+
+    @staticmethod
+    def _touched(body) -> dict[int, int]:
+        """How many times each variable is assigned, initialised, stepped or has its address taken (or is
+        bound to a reference, or captured by a lambda) anywhere in the body: a candidate all of whose
+        touches are assignments at group level stays a candidate."""
+        counts: dict[int, int] = {}
+
+        def touch(declared) -> None:
+            if declared is not None:
+                counts[declared.hash] = counts.get(declared.hash, 0) + 1
+
+        for node in cursors.walk(body, into_lambdas=True):
+            kind = cursors.kind(node)
+            if kind == "VAR_DECL":
+                if any(True for _ in cursors.operands(node)):
+                    touch(node)
+                if cursors.kind(node.type) in ("LVALUEREFERENCE", "RVALUEREFERENCE"):
+                    for reference in cursors.walk(node):
+                        if cursors.kind(reference) == "DECL_REF_EXPR":
+                            touch(reference.referenced)
+            elif kind in ("BINARY_OPERATOR", "COMPOUND_ASSIGNMENT_OPERATOR", "UNARY_OPERATOR"):
+                operator = cursors.operator(node)
+                if operator in ASSIGNMENTS or operator in STEPS or (kind == "UNARY_OPERATOR" and operator == "&"):
+                    operands = cursors.operands(node)
+                    target = cursors.unwrapped(operands[0]) if operands else None
+                    if target is not None and cursors.kind(target) == "DECL_REF_EXPR":
+                        touch(target.referenced)
+                    elif target is not None:  # `v.x = ...`, `*(&v) = ...`: every variable in it is touched
+                        for reference in [target, *cursors.walk(target)]:
+                            if cursors.kind(reference) == "DECL_REF_EXPR":
+                                touch(reference.referenced)
+            elif kind == "CALL_EXPR":
+                declared = node.referenced
+                parameters = ([c for c in declared.get_children() if cursors.kind(c) == "PARM_DECL"]
+                              if declared is not None else [])
+                for index, argument in enumerate(node.get_arguments()):
+                    target = cursors.unwrapped(argument)
+                    if cursors.kind(target) != "DECL_REF_EXPR":
+                        continue
+                    parameter = parameters[index] if index < len(parameters) else None
+                    by_value = parameter is not None and (
+                        cursors.kind(parameter.type) not in ("LVALUEREFERENCE", "RVALUEREFERENCE")
+                        or parameter.type.get_pointee().is_const_qualified())
+                    if not by_value:
+                        touch(target.referenced)
+            elif kind == "LAMBDA_EXPR":
+                for reference in cursors.walk(node, into_lambdas=True):
+                    if cursors.kind(reference) == "DECL_REF_EXPR":
+                        touch(reference.referenced)
+        return counts
