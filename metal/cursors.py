@@ -63,3 +63,34 @@ def operator(expression) -> str:
         return ""
     after = children[0].extent.end.offset
     return next((t.spelling for t in tokens if t.extent.start.offset >= after), "")
+
+
+def for_parts(statement):
+    """(init, condition, step, body) of a ``for`` statement, each None where missing, placed by the
+    semicolons in its parentheses (libclang leaves the missing parts out of its children); None for a
+    range-based ``for``."""
+    tokens = list(statement.get_tokens())
+    depth, semicolons, close = 0, [], None
+    for token in tokens[1:]:
+        if token.spelling in "([{":
+            depth += 1
+        elif token.spelling in ")]}":
+            depth -= 1
+            if depth == 0:
+                close = token.extent.start.offset
+                break
+        elif token.spelling == ";" and depth == 1:
+            semicolons.append(token.extent.start.offset)
+    if len(semicolons) != 2 or close is None:
+        return None
+    children = list(statement.get_children())
+    init = condition = step = None
+    for child in children[:-1]:
+        at = child.extent.start.offset
+        if at < semicolons[0]:
+            init = child
+        elif at < semicolons[1]:
+            condition = child
+        elif at < close:
+            step = child
+    return init, condition, step, children[-1]

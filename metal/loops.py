@@ -586,9 +586,9 @@ class _GroupWriter:
         return (f"[&]() __attribute__((always_inline)) -> bool {{ {opening} "
                 f"return static_cast<bool>({expression}); {closing} }}()")
 
-    def _group_statement(self, mask: str, code: str, name: str) -> str:
-        """An assignment of the uniform variable ``name`` run once for the group, where a thread of
-        ``mask`` runs (a uniform value may divide by a zero that no thread reaches)."""
+    def _group_statement(self, mask: str, code: str) -> str:
+        """An assignment of a uniform variable run once for the group, where a thread of ``mask`` runs (a
+        uniform value may divide by a zero that no thread reaches)."""
         code = self._bound(code)
         opening, closing = self._group_bindings(code)
         return f"if (shimkit_g.any({mask})) {{ {opening} {code} {closing} }}"
@@ -599,7 +599,7 @@ class _GroupWriter:
         the variable (nothing else they do can change a uniform value)."""
         if any(re.search(rf"\b{name}\b", entry) for entry in pending):
             flush()
-        out.append(self._group_statement(mask, code, name))
+        out.append(self._group_statement(mask, code))
 
     def _store(self, declaration: str) -> str:
         """Declares storage at the top of the group function; returns what stays where it is (the
@@ -1268,7 +1268,7 @@ class _GroupWriter:
         children = list(statement.get_children())
         init = condition = step = None
         if kind == "FOR_STMT":
-            init, condition, step, body = self._for_parts(statement, children)
+            init, condition, step, body = self._for_parts(statement)
         elif kind == "WHILE_STMT":
             if len(children) != 2 or children[0].kind.name in ("DECL_STMT", "VAR_DECL"):
                 raise Unsplittable(f"line {line}: while with a declaration and a barrier")
@@ -1340,13 +1340,13 @@ class _GroupWriter:
                     self._declaration(init, uniform)
                     parts += self.declared
                     self.declared = []
-                    parts += [self._group_statement(mask, code, name) for name, code in uniform]
+                    parts += [self._group_statement(mask, code) for _, code in uniform]
                 else:
-                    parts.append(self._group_statement(mask, self._code_of_expression(init) + ";", written(init).spelling))
+                    parts.append(self._group_statement(mask, self._code_of_expression(init) + ";"))
             test = f"shimkit_g.any({mask}) && {self._group_value(self._code_of_expression(condition))}"
             iteration: list[str] = [self._branch(body, mask)]
             if step is not None:
-                iteration.append(self._group_statement(mask, self._code_of_expression(step) + ";", written(step).spelling))
+                iteration.append(self._group_statement(mask, self._code_of_expression(step) + ";"))
             if kind == "DO_STMT":
                 parts.append(f"do {{ {' '.join(iteration)} }} while ({test});")
             else:
@@ -1357,37 +1357,14 @@ class _GroupWriter:
             self.loop_depth -= 1
             self.scopes.pop()
 
-    def _for_parts(self, statement, children: list):
-        """init, condition, step and body of a for statement, placed by the semicolons in its parentheses
-        (libclang leaves out the parts that are missing)."""
-        tokens = list(statement.get_tokens())
-        depth, semicolons, close = 0, [], None
-        for token in tokens[1:]:
-            if token.spelling in "([{":
-                depth += 1
-            elif token.spelling in ")]}":
-                depth -= 1
-                if depth == 0:
-                    close = token.extent.start.offset
-                    break
-            elif token.spelling == ";" and depth == 1:
-                semicolons.append(token.extent.start.offset)
-        if len(semicolons) != 2 or close is None:
+    def _for_parts(self, statement):
+        """init, condition, step and body of a for statement."""
+        parts = cursors.for_parts(statement)
+        if parts is None:
             raise Unsplittable(f"line {self._line(statement)}: a range-based for with a barrier")
-        body = children[-1]
-        init = condition = step = None
-        for child in children[:-1]:
-            at = child.extent.start.offset
-            if at < semicolons[0]:
-                init = child
-            elif at < semicolons[1]:
-                if cursors.kind(child) in ("DECL_STMT", "VAR_DECL"):
-                    raise Unsplittable(f"line {self._line(statement)}: a for condition that declares")
-                condition = child
-            elif at < close:
-                step = child
-        return init, condition, step, body
-
+        if parts[1] is not None and cursors.kind(parts[1]) in ("DECL_STMT", "VAR_DECL"):
+            raise Unsplittable(f"line {self._line(statement)}: a for condition that declares")
+        return parts
 
 def _nameable(type_) -> str | None:
     """A callee's parameter or result type as C++ that names it where the call is (its canonical form),

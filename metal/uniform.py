@@ -174,36 +174,18 @@ class Uniformity:
 
     @staticmethod
     def _loop_parts(statement, children: list):
-        """(condition, init, step, body) of a loop; a for loop's parts are told apart by where they lie
-        against its semicolons (libclang leaves out the missing ones). A loop without a condition has the
-        placeholder ``None``, which is not uniform."""
+        """(condition, init, step, body) of a loop; a loop without a condition (or a range-based for) has
+        the placeholder ``None``, which is not uniform."""
         kind = cursors.kind(statement)
         if kind == "WHILE_STMT":
             return (children[0] if len(children) == 2 else None), None, None, children[-1]
         if kind == "DO_STMT":
             return (children[1] if len(children) == 2 else None), None, None, children[0]
-        tokens = list(statement.get_tokens())
-        depth, semicolons = 0, []
-        for token in tokens[1:]:
-            if token.spelling in "([{":
-                depth += 1
-            elif token.spelling in ")]}":
-                depth -= 1
-                if depth == 0:
-                    break
-            elif token.spelling == ";" and depth == 1:
-                semicolons.append(token.extent.start.offset)
-        init = condition = step = None
-        if len(semicolons) == 2:
-            for child in children[:-1]:
-                at = child.extent.start.offset
-                if at < semicolons[0]:
-                    init = child
-                elif at < semicolons[1]:
-                    condition = child
-                else:
-                    step = child
-        return condition, init, step, children[-1]
+        parts = cursors.for_parts(statement)
+        if parts is None:
+            return None, None, None, children[-1]
+        init, condition, step, body = parts
+        return condition, init, step, body
 
     def _declare_all(self, statement) -> None:
         for node in [statement, *cursors.walk(statement, into_lambdas=True)]:
@@ -225,6 +207,23 @@ class Uniformity:
             return
         writes.setdefault(variable.hash, []).append((conditions, assigned_value(statement)))
         sanctioned[variable.hash] = sanctioned.get(variable.hash, 0) + 1
+
+    @staticmethod
+    def _assigned_variable(target):
+        """The variable an assignment to (or the address of) ``target`` may change: ``v`` of ``v``,
+        ``v.x``, ``v[i]`` for an array ``v``; None through a pointer (what changes is memory)."""
+        while True:
+            kind = cursors.kind(target)
+            children = cursors.operands(target)
+            if kind == "DECL_REF_EXPR":
+                return target.referenced
+            through_pointer = bool(children) and cursors.kind(children[0].type.get_canonical()) == "POINTER"
+            if kind in ("ARRAY_SUBSCRIPT_EXPR", "MEMBER_REF_EXPR") and children and not through_pointer:
+                target = children[0]
+            elif (kind in cursors.TRANSPARENT or kind in cursors.CASTS) and len(children) == 1:
+                target = children[0]
+            else:
+                return None
 
     @staticmethod
     def _touched(body) -> dict[int, int]:
@@ -250,13 +249,8 @@ class Uniformity:
                 operator = cursors.operator(node)
                 if operator in ASSIGNMENTS or operator in STEPS or (kind == "UNARY_OPERATOR" and operator == "&"):
                     operands = cursors.operands(node)
-                    target = cursors.unwrapped(operands[0]) if operands else None
-                    if target is not None and cursors.kind(target) == "DECL_REF_EXPR":
-                        touch(target.referenced)
-                    elif target is not None:  # `v.x = ...`, `*(&v) = ...`: every variable in it is touched
-                        for reference in [target, *cursors.walk(target)]:
-                            if cursors.kind(reference) == "DECL_REF_EXPR":
-                                touch(reference.referenced)
+                    if operands:
+                        touch(Uniformity._assigned_variable(operands[0]))
             elif kind == "CALL_EXPR":
                 declared = node.referenced
                 parameters = ([c for c in declared.get_children() if cursors.kind(c) == "PARM_DECL"]

@@ -189,6 +189,27 @@ def test_a_value_uniform_over_the_group_is_one_value_and_its_loop_runs_at_group_
     assert not torch.equal(split[0::2], split[1::2])  # the per-thread value made a difference
 
 
+@pytest.mark.parametrize("declare, change", [
+    ("uint v = n / 2u;", "thread uint* p = &v; *p += lane;"),  # through its address
+    ("uint v = n / 2u;", "bump(v, lane);"),  # through a reference parameter
+    ("uint v = n / 2u;", "v += lane;"),  # by a value one per thread
+    ("uint v = n / 2u;", "if (lane % 2u == 0u) { v = 3u; mine += simd_sum(mine); }"),  # under a divergent branch
+    ("uint v = n / 2u; uint w = v;", "w += t; v = w;"),  # from a variable that is one per thread
+])
+def test_a_value_changed_per_thread_stays_one_per_thread(declare, change):
+    source = PRELUDE + "void bump(thread uint& v, uint by) { v += by; }\n" + (
+        f"kernel void lookalike{SIGNATURE}  {declare}\n  {change}\n"
+        "  threadgroup_barrier(mem_flags::mem_threadgroup);\n  out[i] = v + simd_sum(mine);\n}\n")
+    text = compile_library(source)[1].text
+    group = text[text.index("lookalike__shimkit_group"):]
+    assert re.search(r"auto& v = shimkit_v\d+\[shimkit_t\];", group), group
+    values = torch.arange(40, dtype=torch.int32)
+    split, fibers = torch.zeros_like(values), torch.zeros_like(values)
+    ShaderLibrary(source).lookalike(split, values, threads=40, group_size=40)
+    ShaderLibrary(source, split_barriers=False).lookalike(fibers, values, threads=40, group_size=40)
+    assert torch.equal(split, fibers)
+
+
 @pytest.mark.parametrize("statement, direct", [
     ("mine += simd_sum(mine);", True),
     ("mine = simd_shuffle_down(mine, lane & 3u);", True),

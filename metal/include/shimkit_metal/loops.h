@@ -79,17 +79,18 @@ class LoopGroup {
   // for the race check: Metal orders no two threads between barriers); a region returns false when its
   // thread returned from the kernel.
   template <class Region>
-  void region(const bool* mask, Region&& region, LoopMode mode = LoopMode::kOff) {
+  __attribute__((always_inline)) void region(const bool* mask, Region&& region, LoopMode mode = LoopMode::kOff) {
     now_.loop_mode = mode;
     const auto run = [&](uint t) __attribute__((always_inline)) {
       if (!mask[t] || !alive[t]) return;
       if (mode != LoopMode::kOff) enter(t);
       if (!region(t)) leave(t);
     };
-    // Three loops (the generated regions are always_inline, so each is a copy of the region): the general
-    // one (the race check's reverse order, lane records, threads that returned), and while no thread has
-    // returned, one over the group with no test at all, and one that tests the mask eight threads at a time
-    // (a branch's few threads cost no pass over the whole group).
+    // Four copies of the region (it is always_inline, and so is this function: left to itself, the
+    // compiler kept a region of this size out of line, a call per thread): the general loop (the race
+    // check's reverse order, lane records, threads that returned), and while no thread has returned, one
+    // over the group with no test at all and one that reads the mask eight threads at a time (eight in:
+    // no test; none in: skipped, so that a branch's few threads cost no pass over the whole group).
     if (reverse_ || mode != LoopMode::kOff || !everyone_) {
       for (uint k = 0; k < count_; ++k) run(reverse_ ? count_ - 1 - k : k);
     } else if (mask == alive) {
@@ -100,9 +101,13 @@ class LoopGroup {
         unsigned long long word = 1;  // a partial last eight: test each thread
         const uint end = t + 8 < count_ ? t + 8 : count_;
         if (end == t + 8) std::memcpy(&word, mask + t, sizeof(word));
-        if (!word) continue;
-        for (uint k = t; k < end; ++k)
-          if ((word == kAllEight || mask[k]) && !region(k)) leave(k);
+        if (word == kAllEight) {
+          for (uint k = t; k < end; ++k)
+            if (!region(k)) leave(k);
+        } else if (word) {
+          for (uint k = t; k < end; ++k)
+            if (mask[k] && !region(k)) leave(k);
+        }
       }
     }
     now_.loop_mode = LoopMode::kOff;
