@@ -37,6 +37,7 @@ initialised variables live across a split, and a simdgroup call whose operands h
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import hashlib
 import json
@@ -44,7 +45,7 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import shimkit.metal.cursors as cursors
 from shimkit.metal.uniform import Uniformity, written
@@ -1278,9 +1279,7 @@ class _GroupWriter:
         if self._uniform_loop(condition, init, step):
             return self._group_loop(kind, init, condition, step, body, mask)
         running, declare = self._mask(mask, None)
-        self.scopes.append([])
-        self.loop_depth += 1
-        try:
+        with self._loop_scope():
             parts = ["{", declare]
             if init is not None:
                 if cursors.kind(init) == "DECL_STMT":
@@ -1308,6 +1307,14 @@ class _GroupWriter:
                 parts.append(f"for (;;) {{ {test} if (!shimkit_g.any({running})) break; {' '.join(iteration)} }}")
             parts.append("}")
             return " ".join(parts)
+
+    @contextlib.contextmanager
+    def _loop_scope(self) -> Iterator[None]:
+        """Inside a loop with a split point: its own scope (the init's variables), and jumps checked."""
+        self.scopes.append([])
+        self.loop_depth += 1
+        try:
+            yield
         finally:
             self.loop_depth -= 1
             self.scopes.pop()
@@ -1330,9 +1337,7 @@ class _GroupWriter:
     def _group_loop(self, kind: str, init, condition, step, body, mask: str) -> str:
         """A loop with a uniform condition: a C++ loop at group level around its body's regions, which run
         under the loop's own mask (every thread of it runs each iteration)."""
-        self.scopes.append([])
-        self.loop_depth += 1
-        try:
+        with self._loop_scope():
             parts = ["{"]
             if init is not None:
                 if cursors.kind(init) == "DECL_STMT":
@@ -1353,9 +1358,6 @@ class _GroupWriter:
                 parts.append(f"while ({test}) {{ {' '.join(iteration)} }}")
             parts.append("}")
             return " ".join(parts)
-        finally:
-            self.loop_depth -= 1
-            self.scopes.pop()
 
     def _for_parts(self, statement):
         """init, condition, step and body of a for statement."""
