@@ -309,26 +309,20 @@ inline bool full_vote(const bool* on, const bool* predicate, bool all, bool& res
                : (words[0] | words[1] | words[2] | words[3]) != 0;
   return true;
 }
-inline void simd_any(const bool* on, bool* out, const bool* predicate) {
-  bool any;
-  if (!full_vote(on, predicate, false, any)) {
-    unsigned long active, bits;
-    vote_bits(on, predicate, active, bits);
-    any = bits != 0;
+inline void simd_vote_to(const bool* on, bool* out, const bool* predicate, bool all) {
+  bool result;
+  if (full_vote(on, predicate, all, result)) {
+    std::memset(out, result, shimkit_metal::kSimdWidth);
+    return;
   }
+  unsigned long active, bits;
+  vote_bits(on, predicate, active, bits);
+  result = all ? bits == active : bits != 0;
   for (uint i = 0; i < shimkit_metal::kSimdWidth; ++i)
-    if (on[i]) out[i] = any;
+    if (on[i]) out[i] = result;
 }
-inline void simd_all(const bool* on, bool* out, const bool* predicate) {
-  bool all;
-  if (!full_vote(on, predicate, true, all)) {
-    unsigned long active, bits;
-    vote_bits(on, predicate, active, bits);
-    all = bits == active;
-  }
-  for (uint i = 0; i < shimkit_metal::kSimdWidth; ++i)
-    if (on[i]) out[i] = all;
-}
+inline void simd_any(const bool* on, bool* out, const bool* predicate) { simd_vote_to(on, out, predicate, false); }
+inline void simd_all(const bool* on, bool* out, const bool* predicate) { simd_vote_to(on, out, predicate, true); }
 }  // namespace lanes
 
 // ---- atomics ----
