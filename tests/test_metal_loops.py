@@ -189,6 +189,25 @@ def test_a_value_uniform_over_the_group_is_one_value_and_its_loop_runs_at_group_
     assert not torch.equal(split[0::2], split[1::2])  # the per-thread value made a difference
 
 
+def test_statements_after_a_block_that_ends_at_a_barrier_wait_for_every_thread():
+    """The region after a block that ends with a barrier does not join the block's last region (it did
+    once regions joined across blocks: each thread then read its neighbour's slot before the neighbour
+    wrote it)."""
+    source = PRELUDE + f"kernel void after_block{SIGNATURE}" + """
+  {
+    shared[t] = mine;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  const uint neighbour = shared[(t + 1u) % n];
+  out[i] = neighbour + simd_sum(0u);
+}
+"""
+    values = torch.arange(64, dtype=torch.int32) * 3
+    out = torch.zeros_like(values)
+    ShaderLibrary(source).after_block(out, values, threads=64, group_size=64)
+    assert torch.equal(out, values.roll(-1))
+
+
 @pytest.mark.parametrize("declare, change", [
     ("uint v = n / 2u;", "thread uint* p = &v; *p += lane;"),  # through its address
     ("uint v = n / 2u;", "bump(v, lane);"),  # through a reference parameter
