@@ -189,7 +189,12 @@ def test_a_value_uniform_over_the_group_is_one_value_and_its_loop_runs_at_group_
     assert not torch.equal(split[0::2], split[1::2])  # the per-thread value made a difference
 
 
-def test_statements_after_a_block_that_ends_at_a_barrier_wait_for_every_thread():
+@pytest.mark.parametrize("tail", [
+    "  const uint neighbour = shared[(t + 1u) % n];\n  out[i] = neighbour + simd_sum(0u);\n",
+    # this one did not even compile at the start of this round (an operand's array declared out of scope)
+    "  out[i] = shared[(t + 1u) % n];\n  threadgroup_barrier(mem_flags::mem_threadgroup);\n  out[i] += simd_sum(0u);\n",
+])
+def test_statements_after_a_block_that_ends_at_a_barrier_wait_for_every_thread(tail):
     """The region after a block that ends with a barrier does not join the block's last region (it did
     once regions joined across blocks: each thread then read its neighbour's slot before the neighbour
     wrote it)."""
@@ -198,13 +203,12 @@ def test_statements_after_a_block_that_ends_at_a_barrier_wait_for_every_thread()
     shared[t] = mine;
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  const uint neighbour = shared[(t + 1u) % n];
-  out[i] = neighbour + simd_sum(0u);
-}
-"""
+""" + tail + "}\n"
     values = torch.arange(64, dtype=torch.int32) * 3
     out = torch.zeros_like(values)
-    ShaderLibrary(source).after_block(out, values, threads=64, group_size=64)
+    kernel = ShaderLibrary(source).after_block
+    assert kernel.execution == "split", kernel.fibers_because
+    kernel(out, values, threads=64, group_size=64)
     assert torch.equal(out, values.roll(-1))
 
 
