@@ -8,3 +8,22 @@ import pytest
 @pytest.fixture(autouse=True)
 def _private_audit_cache(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+
+
+# Test files whose tests share an expensive module-scoped fixture: each runs whole in one xdist worker,
+# so the fixture is built once per run rather than once per worker. (xdist's own `--dist loadgroup` cannot
+# do this here: with pytest 9 it silently ignores `xdist_group` marks.) Other tests are sent one by one.
+ONE_WORKER_FILES = ("tests/test_audit_zoo.py",)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "load":
+        return None  # what was asked for explicitly (--dist loadfile, worksteal, ...)
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FilesInOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::", 1)[0]
+            return path if path in ONE_WORKER_FILES else nodeid
+
+    return FilesInOneWorker(config, log)

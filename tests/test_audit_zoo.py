@@ -1,7 +1,8 @@
 """The bundled zoo through the whole audit: clean with shimkit's plugins, upstream's gaps with
 ``--no-plugins``, the JSON document's schema, fix hints and the CLI's exit codes.
 
-Each zoo pass is audited once per module and shared by the tests that read it.
+Each zoo pass is audited once per module and shared by the tests that read it; the module's tests run
+in one xdist worker (tests/conftest.py, ONE_WORKER_FILES), so that is once per run.
 """
 
 import argparse
