@@ -87,7 +87,8 @@ class Uniformity:
         sanctioned: dict[int, int] = {}    # hash -> assignments at group level, by statement
         self._collect(body, (), writes, sanctioned)
         touched = self._touched(body)      # hash -> every assignment or address-of of the variable
-        candidates = {h for h in writes if touched.get(h, 0) == sanctioned.get(h, 0)}
+        # Only the body's own variables: a parameter it reassigns is a per-thread copy in every region.
+        candidates = {h for h in writes if h in self.locals and touched.get(h, 0) == sanctioned.get(h, 0)}
         self.variables = candidates
         changed = True
         while changed:
@@ -196,6 +197,8 @@ class Uniformity:
         for variable in statement.get_children():
             if cursors.kind(variable) != "VAR_DECL" or cursors.kind(variable.type.get_canonical()) not in ARITHMETIC:
                 continue
+            if variable.storage_class is not None and variable.storage_class.name == "STATIC":
+                continue  # threadgroup memory (static storage in the translation): memory, not a value
             values = [c for c in cursors.operands(variable)]
             writes.setdefault(variable.hash, []).append((conditions, values[-1] if values else None))
             if values:

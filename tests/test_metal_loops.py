@@ -212,6 +212,24 @@ def test_statements_after_a_block_that_ends_at_a_barrier_wait_for_every_thread(t
     assert torch.equal(out, values.roll(-1))
 
 
+def test_a_buffer_parameter_moved_by_a_uniform_amount_moves_for_every_thread():
+    """A buffer parameter the kernel reassigns is a per-thread copy, never a uniform value, even when
+    every thread moves it alike (a group-level assignment would move the parameter the regions do not
+    read)."""
+    source = PRELUDE + f"kernel void moved{SIGNATURE}" + """
+  in += n / n;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[i] = in[i] + simd_sum(0u);
+}
+"""
+    values = torch.arange(65, dtype=torch.int32) * 7
+    out = torch.zeros(64, dtype=torch.int32)
+    kernel = ShaderLibrary(source).moved
+    assert kernel.execution == "split", kernel.fibers_because
+    kernel(out, values, threads=64, group_size=64)
+    assert torch.equal(out, values[1:])
+
+
 @pytest.mark.parametrize("declare, change", [
     ("uint v = n / 2u;", "thread uint* p = &v; *p += lane;"),  # through its address
     ("uint v = n / 2u;", "bump(v, lane);"),  # through a reference parameter
