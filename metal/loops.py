@@ -531,7 +531,7 @@ class _GroupWriter:
         head = " ".join(self._text(start, name_at).split()) + " "
         parameters = ", ".join([*self.buffers, "const ::shimkit_metal::ThreadInfo& shimkit_base",
                                 "::shimkit_metal::uint shimkit_count"])
-        return (f"{head}{self.kernel.spelling}{SPLIT_SUFFIX}({parameters}) {{ "
+        return (f"{head}SHIMKIT_GROUP_FUNCTION {self.kernel.spelling}{SPLIT_SUFFIX}({parameters}) {{ "
                 f"::shimkit_metal::LoopGroup shimkit_g(shimkit_base, shimkit_count); "
                 f"const bool shimkit_measuring = ::shimkit_metal::measuring; (void)shimkit_measuring; "
                 f"{' '.join(self.storage)} {' '.join(self.top)} {body} }}")

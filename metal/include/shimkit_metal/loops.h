@@ -25,6 +25,16 @@
 
 #include "runtime.h"
 
+// What loops.py puts on each group function. Its regions are loops over the group's threads whose bodies
+// the kernel's statements are; GCC's -O3 inlines and unswitches them further than -O2 (Inductor's row sum
+// 30% faster, a tree reduction 15%, at about 0.15 s more compile time per kernel, where -O3 for the whole
+// library cost 0.4 s).
+#if defined(__GNUC__) && !defined(__clang__)
+#define SHIMKIT_GROUP_FUNCTION __attribute__((optimize("O3")))
+#else
+#define SHIMKIT_GROUP_FUNCTION
+#endif
+
 namespace shimkit_metal {
 
 constexpr uint kMaxGroupThreads = 1024;
@@ -55,6 +65,9 @@ class LoopGroup {
             : base.group_size[0] == 1 && base.group_size[2] == 1 ? 1
             : base.group_size[0] == 1 && base.group_size[1] == 1 ? 2
                                                                  : -1;
+    // A mask per axis rather than a test of `axis_` per coordinate: with no branch in it, a region's
+    // loop has one body for every axis (GCC at -O2 kept a test per thread, or four copies at -O3).
+    for (int i = 0; i < 3; ++i) flat_[i] = axis_ == i ? ~0u : 0u;
     reverse_ = base.reverse != 0;
     std::memset(alive, 1, count);
   }
@@ -66,7 +79,7 @@ class LoopGroup {
 
   const ThreadInfo& base() const { return base_; }
   Coordinate in_group(uint t) const {
-    if (axis_ >= 0) return {{axis_ == 0 ? t : 0, axis_ == 1 ? t : 0, axis_ == 2 ? t : 0}};
+    if (axis_ >= 0) return {{t & flat_[0], t & flat_[1], t & flat_[2]}};
     const uint x = base_.group_size[0], y = base_.group_size[1];
     return {{t % x, (t / x) % y, t / (x * y)}};
   }
@@ -217,6 +230,7 @@ class LoopGroup {
   ThreadInfo base_;
   uint count_;
   int axis_;
+  uint flat_[3];  // all ones on the group's one axis
   bool reverse_;
   bool everyone_ = true;  // no thread has returned from the kernel
   Fiber* lanes_;
