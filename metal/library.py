@@ -71,6 +71,9 @@ _building: dict[tuple[str, bool, bool, bool, tuple[str, ...] | None], threading.
 # build could compile another's half-written source into a library without kernels (seen with 12 test
 # workers); its cached libraries are never loaded again.
 CACHE_FORMAT = "2"
+# Worker threads per launch, read once: `os.cpu_count()` reads sysfs on every call (18 µs here, a quarter
+# of a small kernel's launch through Inductor's wrapper).
+WORKERS = os.cpu_count() or 1
 
 
 @functools.lru_cache(maxsize=None)
@@ -318,7 +321,7 @@ class MetalKernel:
             raise ValueError(f"kernel {name!r}: a threadgroup of {total} threads exceeds its "
                              f"max_threads_per_threadgroup ({limit})")
         dispatch = Dispatch((ctypes.c_ulong * 3)(*(grid + [1] * (3 - len(grid)))),
-                            (ctypes.c_ulong * 3)(*(group + [1] * (3 - len(group)))), os.cpu_count() or 1, 0)
+                            (ctypes.c_ulong * 3)(*(group + [1] * (3 - len(group)))), WORKERS, 0)
         again = None
         if self._check_races and self.execution == "split":
             # The same launch again on copies of the tensors, each region's threads last to first.

@@ -385,15 +385,16 @@ inline int launch(const Dispatch& d, Body body) {
     }
     std::vector<std::thread> pool;
     std::vector<std::exception_ptr> failures(workers);
-    for (int w = 0; w < workers; ++w) {
-      pool.emplace_back([&, w] {
-        try {
-          run_groups<E>(d, total * w / workers, total * (w + 1) / workers, body);
-        } catch (...) {
-          failures[w] = std::current_exception();
-        }
-      });
-    }
+    const auto share = [&](int w) {
+      try {
+        run_groups<E>(d, total * w / workers, total * (w + 1) / workers, body);
+      } catch (...) {
+        failures[w] = std::current_exception();
+      }
+    };
+    // The calling thread runs the first share: one thread fewer to start on every launch.
+    for (int w = 1; w < workers; ++w) pool.emplace_back(share, w);
+    share(0);
     for (auto& t : pool) t.join();
     for (auto& f : failures)
       if (f) std::rethrow_exception(f);
