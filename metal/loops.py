@@ -550,10 +550,18 @@ class _GroupWriter:
         # returns leaves this one there and then); regions run in the order they are written but for a
         # loop's, which _inline sees to.
         self.may_return.update(returned for _, returned in self.inlined if f"{returned}[shimkit_t] = true" in code)
-        closing = ""
+        bindings, closing = self._scope_bindings(lambda name, storage: True)
+        return opening + bindings, closing
+
+    def _scope_bindings(self, keep: Callable[[str, str], bool]) -> tuple[str, str]:
+        """The variables in scope that ``keep(name, storage)`` selects, bound by their names: one nested
+        ``{ auto& name = storage; ... }`` per scope, innermost last (an inner name hides an outer one), and
+        the braces that close them."""
+        opening = closing = ""
         for scope in self.scopes:
-            if scope:
-                opening += " { " + " ".join(f"auto& {n} = {s};" for n, s in scope)
+            kept = [(name, storage) for name, storage in scope if keep(name, storage)]
+            if kept:
+                opening += " { " + " ".join(f"auto& {name} = {storage};" for name, storage in kept)
                 closing += " }"
         return opening, closing
 
@@ -572,13 +580,9 @@ class _GroupWriter:
         parameters it names and the variables in scope that are one value for the group (uniform.py)."""
         opening = " ".join([*self.aliases, *(d for name, d in self.thread_values
                                               if name in self.group_values and re.search(rf"\b{name}\b", code))])
-        closing = ""
-        for scope in self.scopes:
-            shared = [(n, s) for n, s in scope if "shimkit_t" not in s and re.search(rf"\b{n}\b", code)]
-            if shared:
-                opening += " { " + " ".join(f"auto& {n} = {s};" for n, s in shared)
-                closing += " }"
-        return opening, closing
+        bindings, closing = self._scope_bindings(
+            lambda name, storage: "shimkit_t" not in storage and re.search(rf"\b{name}\b", code) is not None)
+        return opening + bindings, closing
 
     def _group_value(self, expression: str) -> str:
         """A uniform condition evaluated once for the group."""
