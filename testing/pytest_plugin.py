@@ -36,14 +36,17 @@ PROFILES: dict[str, dict[str, Any]] = {
 
 def register_profiles() -> None:
     """Register ``ci``, ``dev`` and ``deep`` with hypothesis, leaving any of those names a project
-    registered itself alone."""
+    registered itself alone. Hypothesis' own built-in ``ci`` profile (100 examples) is no project's: ours
+    replaces it."""
+    import hypothesis._settings
     from hypothesis import HealthCheck, settings
     from hypothesis.errors import InvalidArgument
 
+    builtin = {"ci": getattr(hypothesis._settings, "CI", None)}
     for name, options in PROFILES.items():
         try:
-            settings.get_profile(name)
-            continue
+            if settings.get_profile(name) is not builtin.get(name):
+                continue
         except InvalidArgument:
             pass
         options = dict(options)

@@ -1,6 +1,9 @@
 """The gallery of broken passes: the ci profile catches every one; the correct passes pass the same check."""
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -9,6 +12,7 @@ from hypothesis import Phase, given, settings
 from shimkit.registry import OpPlugin
 from shimkit.testing import PropertyFailure, assert_plugin_matches_reference
 from shimkit.testing.gallery import GALLERY, naive_logaddexp
+from shimkit.testing.pytest_plugin import PROFILES
 
 # Finding is what is tested here; shrinking a found bug is tested once in test_testing_properties.
 CI_FIND = settings(settings.get_profile("ci"), database=None, phases=[Phase.explicit, Phase.generate])
@@ -51,3 +55,17 @@ def test_naive_logaddexp_is_wrong_only_where_it_overflows():
     small = torch.tensor([0.5, -3.0])
     torch.testing.assert_close(naive_logaddexp(small, small.flip(0)), torch.logaddexp(small, small.flip(0)))
     assert math.isinf(naive_logaddexp(torch.tensor(1e4), torch.tensor(0.0)).item())
+
+
+def test_the_ci_profile_is_shimkits_though_hypothesis_registers_one_of_its_own():
+    # Hypothesis ships a `ci` profile (100 examples, loaded when CI is set): shimkit's replaces it, while a
+    # `ci` profile a project registered itself is left alone. In fresh interpreters: profiles are global.
+    load = "from shimkit.testing.pytest_plugin import activate_profile; activate_profile('ci'); "
+    show = "print(settings.default.max_examples)"
+    shimkits = subprocess.run([sys.executable, "-c", f"from hypothesis import settings; {load}{show}"],
+                              capture_output=True, text=True, check=True, env={**os.environ, "CI": "true"})
+    assert shimkits.stdout.split() == [str(PROFILES["ci"]["max_examples"])]
+    own = "settings.register_profile('ci', max_examples=7); "
+    projects = subprocess.run([sys.executable, "-c", f"from hypothesis import settings; {own}{load}{show}"],
+                              capture_output=True, text=True, check=True, env={**os.environ, "CI": "true"})
+    assert projects.stdout.split() == ["7"]
