@@ -14,13 +14,17 @@ host modules of the plugins' kernels (:func:`compile_host_module`, from each ``K
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import re
 import shlex
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -110,7 +114,8 @@ def compile_shared_library(stem: str, sources: Sequence[str | os.PathLike], *,
     The file name carries a digest of the sources' contents, the headers under ``INCLUDE_DIR`` and
     every flag, so an unchanged build is reused and a changed one never is. ``python_module`` adds the
     Python and pybind11 include directories, ahead of ``include_dirs``. The library directories become its run path.
-    ``depends`` are further files (headers elsewhere) whose contents the build depends on.
+    ``depends`` are further files (headers elsewhere) whose contents the build depends on. Each source is
+    compiled on its own, all at once, into an object cached the same way (:func:`_object`), then linked.
     """
     compiler = os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++"
     command = shlex.split(compiler) + ["-shared", "-fPIC", "-std=c++17", "-fvisibility=hidden"]
@@ -139,13 +144,71 @@ def compile_shared_library(stem: str, sources: Sequence[str | os.PathLike], *,
     if output.exists():
         return output
     output.parent.mkdir(parents=True, exist_ok=True)
-    partial = output.with_name(f"{output.name}.{os.getpid()}.tmp")
-    result = subprocess.run(command + sources + ["-o", str(partial)] + link,
-                            capture_output=True, text=True)
+    # Linker options stay out of the objects and their keys: libraries that differ only there (each
+    # runtime's soname) share objects.
+    compile_command = [arg for arg in command if arg != "-shared" and not arg.startswith("-Wl,")]
+    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+        objects = list(pool.map(lambda source: str(_object(compile_command, source)), sources))
+    partial = output.with_name(f"{output.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    result = subprocess.run(command + objects + ["-o", str(partial)] + link, capture_output=True, text=True)
     if result.returncode != 0:
-        raise RuntimeError(f"compiling {stem} failed:\n{shlex.join(result.args)}\n{result.stderr}")
+        raise RuntimeError(f"linking {stem} failed:\n{shlex.join(result.args)}\n{result.stderr}")
     os.replace(partial, output)  # atomic, so concurrent test processes never load a half-written file
     return output
+
+
+def _object(compile_command: list[str], source: str) -> Path:
+    """``source`` compiled with ``compile_command`` into an object file, cached in :func:`build_dir` as the
+    libraries are, so that libraries sharing a translation unit with the same flags (the stand-in runtime's
+    variants) compile it once.
+
+    The folder is named by a digest of the command and the source's path and contents. In it: the files the
+    compiler read for it (its ``-MD`` list: the headers it includes, not every header its library depends on,
+    so a change elsewhere does not recompile it), and one object per digest of their names and contents.
+    """
+    key = hashlib.sha256("\0".join([*compile_command, source]).encode() + b"\0" + Path(source).read_bytes())
+    folder = build_dir() / "objects" / f"{Path(source).stem}-{key.hexdigest()[:16]}"
+    cached = _cached_object(folder)
+    if cached is not None:
+        return cached
+    folder.mkdir(parents=True, exist_ok=True)
+    # Processes that need the same unit at once (test workers, audit workers starting on the same runtime)
+    # compile it once: the others wait here, then take its object.
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cached = _cached_object(folder)
+        if cached is not None:
+            return cached
+        partial = folder / f"{os.getpid()}.{threading.get_ident()}.tmp"
+        result = subprocess.run([*compile_command, "-c", source, "-o", f"{partial}.o", "-MD", "-MF", f"{partial}.d",
+                                 "-MT", "object"], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"compiling {source} failed:\n{shlex.join(result.args)}\n{result.stderr}")
+        # Make syntax: "object: file file \<line break> file ...", a space in a name escaped by a backslash.
+        rule = Path(f"{partial}.d").read_text().replace("\\\n", " ").split(":", 1)[1]
+        dependencies = [name.replace("\\ ", " ") for name in re.split(r"(?<!\\)\s+", rule.strip())]
+        os.unlink(f"{partial}.d")
+        output = folder / f"{_contents_digest(dependencies)}.o"
+        os.replace(f"{partial}.o", output)  # atomic, as for the libraries: a reader never sees half an object
+        listed = folder / f"dependencies.{os.getpid()}.{threading.get_ident()}.tmp"
+        listed.write_text("".join(f"{name}\n" for name in dependencies))
+        os.replace(listed, folder / "dependencies")
+        return output
+
+
+def _cached_object(folder: Path) -> Path | None:
+    try:
+        cached = folder / f"{_contents_digest((folder / 'dependencies').read_text().splitlines())}.o"
+    except FileNotFoundError:  # never compiled, or a file it read is gone
+        return None
+    return cached if cached.exists() else None
+
+
+def _contents_digest(paths: Sequence[str]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.encode() + b"\0" + Path(path).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def compile_host_module(name: str, sources: Sequence[str | os.PathLike], *, uses_sdk: bool = True,
