@@ -26,11 +26,6 @@ def randint():
     return msl_kernel(random_plugin.KERNEL, "long")
 
 
-def test_the_kernel_and_the_decomposition_draw_like_aten():
-    assert_plugin_matches_reference("random", settings=settings(max_examples=60, derandomize=True, deadline=None,
-                                                                database=None))
-
-
 @pytest.mark.parametrize("low, high", [(0, 1), (-3, 4), (5, 2**32 + 5), (INT64_MIN, INT64_MAX),
                                        (INT64_MAX - 2, INT64_MAX)])
 def test_values_cover_exactly_low_to_high(randint, low, high):
