@@ -53,6 +53,9 @@ from shimkit.metal.uniform import Uniformity, written
 BARRIERS = {"threadgroup_barrier", "simdgroup_barrier"}
 MAX_INLINE_DEPTH = 8
 TWO_COMBINES = {"simd_ballot", "simd_any", "simd_all"}  # sync.h functions with two simd_collective calls
+UNIFORM_VOTES = {"simd_any", "simd_all"}  # one value for every active lane of a simdgroup
+ARITHMETIC = {"BOOL", "CHAR_S", "SCHAR", "UCHAR", "SHORT", "USHORT", "INT", "UINT", "LONG", "ULONG", "LONGLONG",
+              "ULONGLONG", "FLOAT", "DOUBLE"}
 # sync.h's simdgroup functions that metal::lanes also has over per-thread arrays (called directly).
 DIRECT = {"simd_sum", "simd_product", "simd_min", "simd_max", "simd_and", "simd_or", "simd_xor",
           "simd_prefix_inclusive_sum", "simd_prefix_exclusive_sum", "simd_prefix_inclusive_product",
@@ -412,7 +415,8 @@ class _GroupWriter:
         """The source between two offsets, with the calls of the statement being split replaced and the
         names in inlined bodies qualified."""
         pieces, at = [], start
-        for a, b, replacement in sorted(self.replacing + self.edits, key=lambda e: (e[0], -e[1])):
+        # At one offset: insertions first, then the longest replacement.
+        for a, b, replacement in sorted(self.replacing + self.edits, key=lambda e: (e[0], e[0] != e[1], -e[1])):
             if start <= a and b <= end and a >= at:
                 pieces += [self.source[at:a].decode(), replacement]
                 at = b
@@ -813,9 +817,15 @@ class _GroupWriter:
                 out.extend(text for text in (prelude, _Region(mask, code) if code.strip() else "") if text)
             pending.clear()
 
-        for statement in statements:
+        index = 0
+        while index < len(statements):
             before = len(out)
-            self._statement(statement, mask, out, pending, flush)
+            if index + 1 < len(statements) and self._uniform_early_return(statements[index], statements[index + 1]):
+                self._speculated_return(statements[index], statements[index + 1], mask, out, pending, flush)
+                index += 2
+            else:
+                self._statement(statements[index], mask, out, pending, flush)
+                index += 1
             out[before:before] = [text for text in self.declared if text.strip()]
             self.declared = []
         flush()
@@ -886,10 +896,12 @@ class _GroupWriter:
                                f"inside {kind.lower().replace('_stmt', '')}")
 
     def _split_directly(self, statement, splits: list, mask: str, out: list[str], pending: list[str],
-                        flush: Callable[..., None], code: Callable[[], str]) -> bool:
+                        flush: Callable[..., None], code: Callable[[], str],
+                        evaluated_to: Callable[[str], None] | None = None) -> bool:
         """A statement split at a direct simdgroup call (``_direct``) shares its regions: its operands are
         evaluated with the statements before it, and it runs with those after (no thread waits for
-        another between two split points)."""
+        another between two split points). ``evaluated_to`` takes the statement's code after the combine
+        instead of the next region."""
         direct = self._direct(mask, self._outermost(statement, splits), code)
         if direct is None:
             return False
@@ -906,8 +918,81 @@ class _GroupWriter:
         pending.append(operands)
         flush()
         out.append(combine)
-        pending.append(evaluated)
+        (evaluated_to or pending.append)(evaluated)
         return True
+
+    # ---- a simdgroup-uniform early return ----
+
+    def _uniform_early_return(self, statement, following) -> bool:
+        """``if (simd_any(...)) return a; return f(simd_max(x));`` as an inlined function's two
+        statements (c10's NaN-propagating simd_max and simd_min): the vote is one value for every active
+        lane of a simdgroup, so a simdgroup's lanes all return early or none does, and the second combine
+        may run for every lane, its result unused where the vote was taken. The two then need no returned
+        flag and no mask: ``return vote ? a : f(max)`` after both combines. Only where that speculation is
+        harmless: the second call's operands are variables, literals and conversions to floating point
+        (nothing read from memory, nothing that can trap), and both values have one arithmetic type."""
+        if not self.inlined or self.inlined[-1][0] is None or self.loop_depth:
+            return False
+        if cursors.kind(statement) != "IF_STMT" or cursors.kind(following) != "RETURN_STMT":
+            return False
+        children = list(statement.get_children())
+        if len(children) != 2:
+            return False
+        condition, then = children
+        if cursors.kind(then) == "COMPOUND_STMT":
+            inner = list(then.get_children())
+            if len(inner) != 1:
+                return False
+            then = inner[0]
+        if cursors.kind(then) != "RETURN_STMT" or self._splits(then):
+            return False
+        early, late = list(then.get_children()), list(following.get_children())
+        if len(early) != 1 or len(late) != 1:
+            return False
+        vote = self._single_direct_call(condition)
+        if vote is None or _callee_name(vote) not in UNIFORM_VOTES or cursors.unwrapped(condition) != vote:
+            return False
+        call = self._single_direct_call(following)
+        if call is None or not all(_speculable(argument) for argument in call.get_arguments()):
+            return False
+        types = {value.type.get_canonical().spelling for value in (early[0], late[0])}
+        return len(types) == 1 and _arithmetic(late[0].type.get_canonical())
+
+    def _single_direct_call(self, cursor):
+        """The one simdgroup call in ``cursor`` when it is one of sync.h's on operands that reach none
+        (what ``_direct`` combines over arrays), else None."""
+        splits = self._splits(cursor)
+        outermost = [c for c in splits if not any(c is not o and _inside(c, o) for o in splits)]
+        if len(outermost) != 1 or len(splits) != 1:
+            return None
+        call = outermost[0]
+        declared = call.referenced
+        if (_callee_name(call) not in DIRECT or self.reach.kind(call) != "collective" or declared is None
+                or declared.location.file is None or not declared.location.file.name.endswith("sync.h")):
+            return None
+        return call
+
+    def _speculated_return(self, statement, following, mask: str, out: list[str], pending: list[str],
+                           flush: Callable[..., None]) -> None:
+        """Writes what ``_uniform_early_return`` accepted: the vote's combine, then the return whose
+        value chooses between the two."""
+        condition, then = list(statement.get_children())
+        if cursors.kind(then) == "COMPOUND_STMT":
+            then = list(then.get_children())[0]
+        early = list(then.get_children())[0]
+        votes: list[str] = []
+        if not self._split_directly(condition, self._splits(condition), mask, out, pending, flush,
+                                    lambda: self._code_of_expression(condition), votes.append):
+            raise AssertionError("a vote _uniform_early_return accepted is not split directly")
+        late = list(following.get_children())[0]
+        start, end = self.src.start(late), self.src.end(late)
+        choice = f"(({votes[0]}) ? ({self._text(self.src.start(early), self.src.end(early))}) : ("
+        saved = self.replacing
+        self.replacing = [*saved, (start, start, choice), (end, end, "))")]
+        try:
+            self._statement(following, mask, out, pending, flush)
+        finally:
+            self.replacing = saved
 
     # ---- inlining ----
 
@@ -1447,6 +1532,28 @@ def _ending(text: str, tail, hidden: set[str], head=None) -> _Text:
     return _Text(text, None, hidden, first)
 
 
+
+
+def _arithmetic(type_) -> bool:
+    return cursors.kind(type_) in ARITHMETIC or type_.spelling == "_Float16"
+
+
+def _speculable(expression) -> bool:
+    """An expression any thread may evaluate, whatever its values: variables, literals and conversions to
+    floating point (no memory read through a pointer, no call, no operator that can trap or overflow)."""
+    for node in [expression, *cursors.walk(expression)]:
+        kind = cursors.kind(node)
+        if kind in ("DECL_REF_EXPR", "INTEGER_LITERAL", "FLOATING_LITERAL", "CXX_BOOL_LITERAL_EXPR",
+                    "TYPE_REF", "NAMESPACE_REF", "TEMPLATE_REF", "PAREN_EXPR"):
+            continue
+        if kind == "UNEXPOSED_EXPR" or kind in cursors.CASTS:
+            inner = cursors.operands(node)
+            same = len(inner) == 1 and inner[0].type.get_canonical().spelling == node.type.get_canonical().spelling
+            if same or cursors.kind(node.type.get_canonical()) in ("FLOAT", "DOUBLE") or \
+                    node.type.get_canonical().spelling == "_Float16":
+                continue
+        return False
+    return True
 
 
 def _returns_in_loop(body) -> bool:

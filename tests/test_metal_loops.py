@@ -544,3 +544,71 @@ def test_c10s_threadgroup_sum_inlined_is_five_loops_over_the_group():
     assert group.count("shimkit_g.region(") == 5 and group.count("shimkit_g.lanes(") == 2, group
     assert len(re.findall(r"bool shimkit_m\d+\[", group)) == 1, group  # the mask of `idx < ...` only
     assert "kMaxGroupThreads]; std::memcpy" not in group  # no inlined function's mask is copied
+
+
+def test_c10s_nan_propagating_max_inlined_combines_twice_with_no_returned_flag():
+    """c10's simd_max for floats returns NaN early when `simd_any(isnan(val))`: a vote, one value for every
+    lane of a simdgroup, so either all of a simdgroup's lanes return early or none does. The max is then
+    combined for every lane and the return chooses: threadgroup_max is threadgroup_sum's five regions with
+    both its simd_max calls two combines back to back, and no returned flag or mask of its own."""
+    source = C10_HELPERS.replace("  auto total = c10::metal::threadgroup_sum(partial, v, t, n);\n", "").replace(
+        "  auto where = c10::metal::threadgroup_argmax(values, indices, v, long(i), t, n);\n", "").replace(
+        "    sums[group] = total;\n", "").replace("    argmaxima[group] = where;\n", "")
+    text = compile_library(source)[1].text
+    group = text[text.index("helpers__shimkit_group"):]
+    assert group.count("shimkit_g.region(") == 5 and group.count("shimkit_g.lanes(") == 4, group
+    assert not re.search(r"bool shimkit_x\d+\[", group), group
+    assert len(re.findall(r"bool shimkit_m\d+\[", group)) == 1, group  # the mask of `idx < ...` only
+
+
+EARLY_RETURNS = """
+#include <metal_stdlib>
+using namespace metal;
+float nan_max(float v) {
+  if (simd_any(isnan(v))) {
+    return numeric_limits<float>::quiet_NaN();
+  }
+  return simd_max(v);
+}
+float none_small_or_sum(float v) {
+  if (simd_all(v > -0.5f)) return -1.0f;
+  return simd_sum(float(v));
+}
+float guarded_sum(constant float* in, uint i, uint n) {
+  if (simd_any(i >= n)) return 0.0f;
+  return simd_sum(in[i]);
+}
+kernel void early(device float* out, constant float* in, constant uint& n, uint i [[thread_position_in_grid]]) {
+  const float v = i < n ? in[i] : 0.0f;
+  const float largest = nan_max(v);
+  const float total = none_small_or_sum(v);
+  const float guarded = guarded_sum(in, i, n);
+  out[3 * i] = largest;
+  out[3 * i + 1] = total;
+  out[3 * i + 2] = guarded;
+}
+"""
+
+
+@given(group=st.integers(1, 96), groups=st.integers(1, 3), short=st.integers(0, 40),
+       values=st.lists(st.floats(-1e3, 1e3, width=32) | st.just(float("nan")), min_size=1, max_size=300))
+def test_an_early_return_on_a_vote_computes_what_fibers_compute(group, groups, short, values):
+    """Where the value after a vote's early return may be combined for every lane (`nan_max`, and
+    `none_small_or_sum`'s conversion to float) it is, and where that would read memory a returning lane
+    must not (`guarded_sum`'s `in[i]` past `n`) the return keeps its flag: fibers give the same bits."""
+    split = ShaderLibrary(EARLY_RETURNS).early
+    fibers = ShaderLibrary(EARLY_RETURNS, split_barriers=False).early
+    assert split.execution == "split", split.fibers_because
+    threads = group * groups
+    n = max(0, threads - short)
+    x = torch.tensor((values * (n // len(values) + 1))[:n], dtype=torch.float32)
+    results = []
+    for kernel in (split, fibers):
+        out = torch.full((3 * threads,), 123.0)
+        kernel(out, x, n, threads=threads, group_size=group)
+        results.append(out)
+    assert torch.equal(results[0].isnan(), results[1].isnan())
+    assert torch.equal(results[0].nan_to_num(), results[1].nan_to_num())
+    text = compile_library(EARLY_RETURNS)[1].text
+    early = text[text.index("early__shimkit_group"):]
+    assert len(re.findall(r"bool shimkit_x\d+\[", early)) == 1, early  # guarded_sum's returned flag only
