@@ -4,13 +4,16 @@ inactive lanes), half/bfloat rounding, atomics, vectors and swizzles; and the er
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 from shimkit.metal import MetalSourceError, compile_shader
-from shimkit.metal.library import EAGER_KERNELS, ShaderLibrary, compile_library
+from shimkit.metal.library import (EAGER_KERNELS, FLAGS, INCLUDE_DIR, ShaderLibrary, _compiler, _is_gcc,
+                                   _precompiled_header, compile_library)
 
 COORDINATES = compile_shader("""
 kernel void where(device uint* out,
@@ -291,6 +294,22 @@ def test_processes_compiling_one_library_at_once_all_get_a_whole_one(tmp_path, m
     assert [builder.exitcode for builder in builders] == [0] * 4
     assert {tuple(sorted(path.name for path in folder.iterdir())) for folder in (tmp_path / "metal").iterdir()} \
         == {("library.cpp", "library.so")}  # nothing half-done is left behind
+
+
+@pytest.mark.skipif(not _is_gcc(tuple(_compiler())), reason="a .gch found beside a header is GCC's")
+def test_libraries_read_metal_stdlib_precompiled_and_parse_it_where_that_cannot_be_built(tmp_path, monkeypatch):
+    monkeypatch.setenv("SHIMKIT_BUILD_DIR", str(tmp_path))
+    compiler, flags = tuple(_compiler()), tuple(f for f in FLAGS if f != "-shared")
+    [include] = _precompiled_header(compiler, flags)
+    folder = include.removeprefix("-I")
+    assert folder.startswith(str(tmp_path))
+    # -H lists each header read; "!" marks a valid precompiled one, "x" one GCC found and refused.
+    read = subprocess.run([*compiler, *flags, include, f"-I{INCLUDE_DIR}", "-H", "-fsyntax-only", "-x", "c++", "-"],
+                          input='#include "metal_stdlib"\n', capture_output=True, text=True, check=True)
+    assert f"! {folder}/metal_stdlib.gch" in read.stderr.splitlines()
+    assert _precompiled_header(compiler, (*flags, "-fno-such-option")) == []
+    assert sorted(p.name for p in (tmp_path / "metal-pch").rglob("*") if p.is_file()) == [
+        "lock", "lock", "metal_stdlib.gch"]  # the failed build leaves no half
 
 
 def test_a_library_of_many_kernels_compiles_each_on_first_use():
