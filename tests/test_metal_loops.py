@@ -14,7 +14,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shimkit.metal.library import MetalRaceError, ShaderLibrary, compile_library
+from shimkit.metal.library import (INCLUDE_DIR, MetalRaceError, ShaderLibrary, _compiler, _qualified, _translation,
+                                   compile_library)
+from shimkit.metal.loops import _split
 
 HEADER = """
 #include <metal_stdlib>
@@ -612,3 +614,16 @@ def test_an_early_return_on_a_vote_computes_what_fibers_compute(group, groups, s
     text = compile_library(EARLY_RETURNS)[1].text
     early = text[text.index("early__shimkit_group"):]
     assert len(re.findall(r"bool shimkit_x\d+\[", early)) == 1, early  # guarded_sum's returned flag only
+
+
+def test_the_splitter_reads_metal_stdlib_precompiled_and_splits_as_from_the_header(tmp_path):
+    translation = _translation(C10_HELPERS, False)
+    kernels = {_qualified(k.function): k.parameters for k in translation.kernels.values() if k.cooperative}
+    compiler = tuple(_compiler())
+    precompiled = _split(translation.text, kernels, INCLUDE_DIR, compiler, tmp_path)
+    [header] = tmp_path.glob("metal_stdlib-*.pch")
+    parsed = _split(translation.text, kernels, INCLUDE_DIR, compiler)
+    assert precompiled.split == parsed.split == set(kernels)
+    assert precompiled.text == parsed.text
+    header.write_bytes(b"not a precompiled header")  # a libclang that refuses it: the header is parsed
+    assert _split(translation.text, kernels, INCLUDE_DIR, compiler, tmp_path).text == parsed.text
