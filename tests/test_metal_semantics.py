@@ -328,3 +328,35 @@ def test_a_library_of_many_kernels_compiles_each_on_first_use():
     assert hasattr(only_three, "shimkit_launch_3") and not hasattr(only_three, "shimkit_launch_4")
     with pytest.raises(AttributeError, match="no kernel 'put99'"):
         lib.put99
+
+
+EXTREMA = compile_shader("""
+#include <metal_stdlib>
+using namespace metal;
+kernel void extrema(device float* out, constant float* a, constant float* b, uint i [[thread_position_in_grid]]) {
+  out[4 * i] = max(a[i], b[i]);
+  out[4 * i + 1] = min(a[i], b[i]);
+  out[4 * i + 2] = fmax(a[i], b[i]);
+  out[4 * i + 3] = simd_max(a[i]);
+}
+""")
+
+
+@given(st.lists(st.tuples(FLOATS, FLOATS), min_size=1, max_size=64))
+def test_max_and_min_take_the_number_where_one_side_is_nan(pairs):
+    # Metal's max, min and fmax are IEEE maxNum / minNum: a NaN loses to a number (torch's fmax / fmin).
+    a = torch.tensor([p[0] for p in pairs])
+    b = torch.tensor([p[1] for p in pairs])
+    out = torch.empty(4 * len(pairs))
+    EXTREMA.extrema(out, a, b, threads=len(pairs), group_size=len(pairs))
+    got = out.view(-1, 4)
+    torch.testing.assert_close(got[:, 0], torch.fmax(a, b), rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(got[:, 1], torch.fmin(a, b), rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(got[:, 2], torch.fmax(a, b), rtol=0, atol=0, equal_nan=True)
+    # Every lane of one simdgroup: the largest number of its lanes, NaN only where all are NaN.
+    for first in range(0, len(pairs), 32):
+        lanes = a[first:first + 32]
+        numbers = lanes[~lanes.isnan()]
+        expected = numbers.max() if len(numbers) else torch.tensor(float("nan"))
+        torch.testing.assert_close(got[first:first + 32, 3], expected.expand(len(lanes)), rtol=0, atol=0,
+                                   equal_nan=True)
