@@ -627,3 +627,13 @@ def test_the_splitter_reads_metal_stdlib_precompiled_and_splits_as_from_the_head
     assert precompiled.text == parsed.text
     header.write_bytes(b"not a precompiled header")  # a libclang that refuses it: the header is parsed
     assert _split(translation.text, kernels, INCLUDE_DIR, compiler, tmp_path).text == parsed.text
+
+
+def test_threadgroup_memory_is_named_in_regions_through_one_reference_per_group():
+    # The front end's `static thread_local` for threadgroup memory: a -fPIC library reaches a thread_local
+    # through a __tls_get_addr call, which GCC repeated at uses inside the regions' loops.
+    text = compile_library(C10_HELPERS)[1].text
+    group = text[text.index("helpers__shimkit_group"):]
+    for name in ("partial", "values", "indices"):
+        assert len(re.findall(rf"\b{name}\b", group)) == 2, group  # declared, and its address taken once
+        assert re.search(rf"auto& shimkit_g\d+ = \*::shimkit_metal::opaque\(&{name}\);", group), group

@@ -39,6 +39,13 @@ namespace shimkit_metal {
 
 constexpr uint kMaxGroupThreads = 1024;
 
+// `p`, hidden from the optimiser: a group function reaches threadgroup memory (a thread_local) through
+// it, so that its address is computed once per group instead of at uses inside the regions' loops.
+template <class T> inline T* opaque(T* p) {
+  asm("" : "+r"(p));
+  return p;
+}
+
 // A thread's coordinate, as the runtime's ThreadInfo arrays hold them.
 struct Coordinate {
   uint v[3];
