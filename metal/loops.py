@@ -1020,7 +1020,8 @@ class _GroupWriter:
     def _speculated_return(self, statement, following, mask: str, out: list[str], pending: list[str],
                            flush: Callable[..., None]) -> None:
         """Writes what ``_uniform_early_return`` accepted: the vote's combine, then the return whose
-        value chooses between the two."""
+        value chooses between the two. A vote ``_direct`` declines (a type it cannot name) leaves both
+        statements to the general way, before anything is written."""
         condition, then = list(statement.get_children())
         if cursors.kind(then) == "COMPOUND_STMT":
             then = list(then.get_children())[0]
@@ -1028,7 +1029,9 @@ class _GroupWriter:
         votes: list[str] = []
         if not self._split_directly(condition, self._splits(condition), mask, out, pending, flush,
                                     lambda: self._code_of_expression(condition), votes.append):
-            raise AssertionError("a vote _uniform_early_return accepted is not split directly")
+            self._statement(statement, mask, out, pending, flush)
+            self._statement(following, mask, out, pending, flush)
+            return
         late = list(following.get_children())[0]
         start, end = self.src.start(late), self.src.end(late)
         choice = f"(({votes[0]}) ? ({self._text(self.src.start(early), self.src.end(early))}) : ("
