@@ -25,6 +25,12 @@ SPECIAL = [0.0, -0.0, 1e-30, -1e-30, 1e-7, -3e-4, 0.5, 1.0, 1.0 + 2 ** -20, 19.9
            2.0 ** 28, 3e30, -3e30, 3.4e38, math.inf, -math.inf, math.nan, -1.0, -0.5]
 
 
+def _correctly_rounded(reference, x: torch.Tensor) -> torch.Tensor:
+    # ATen's own float32 kernel is no reference: its vectorised sinh/cosh overflow to inf at 89.3 on AVX2
+    # hosts (the true value, 3.03e38, is finite) and not on others, so the test would depend on the host.
+    return reference(x.double()).to(x.dtype)
+
+
 def _same(result: torch.Tensor, expected: torch.Tensor, rtol: float) -> None:
     torch.testing.assert_close(result, expected, rtol=rtol, atol=0.0, equal_nan=True)
     zeros = expected == 0
@@ -37,7 +43,7 @@ def test_special_values_match_aten(reference, dtype):
     x = torch.tensor(SPECIAL, dtype=torch.float32).to(dtype)
     result = UNARY[reference](x)
     assert result.dtype == dtype
-    _same(result, reference(x), rtol=4 * float(torch.finfo(dtype).eps))
+    _same(result, _correctly_rounded(reference, x), rtol=4 * float(torch.finfo(dtype).eps))
 
 
 def test_integer_and_bool_inputs_give_floats_as_aten():
@@ -59,7 +65,7 @@ def test_textbook_forms_would_fail_the_check():
     naive_asinh = torch.log(x + torch.sqrt(x * x + 1))  # cancels for negative x, overflows for huge |x|
     for naive, reference in ((naive_sinh, torch.sinh), (naive_asinh, torch.asinh)):
         with pytest.raises(AssertionError):
-            _same(naive, reference(x), rtol=4 * float(torch.finfo(torch.float32).eps))
+            _same(naive, _correctly_rounded(reference, x), rtol=4 * float(torch.finfo(torch.float32).eps))
 
 
 def test_decomposed_on_metal_only():
