@@ -14,10 +14,10 @@ everything else that decides the report, is hashed into a key:
   module that declared it (a changed decomposition changes its module), every file of each kernel folder,
   and the problems reported for broken plugins.
 
-A hit returns the stored report entry with ``"cached": true``. Entries are JSON files under
-``<cache dir>/<2 hex>/<key>.json``, written to a temporary file and renamed into place, so concurrent
-writers (``-j`` workers, parallel CI jobs) never leave a torn entry: a reader sees a whole entry or none.
-A file that does not parse is treated as absent.
+A hit returns the stored report entry with ``"cached": true``. Entries are entries of kind ``audit`` of the
+artifact store (:mod:`shimkit.store`: written whole or not at all, verified against their manifest before
+they are read), so concurrent writers (``-j`` workers, parallel CI jobs) never leave a torn entry and a
+corrupt, foreign or incomplete one is a miss, never a crash.
 """
 
 from __future__ import annotations
@@ -27,56 +27,77 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
+from shimkit.store import EnvironmentFailure, Store, current_file_digest, default_root, default_store, tree_digest
+
 CACHE_FORMAT = 1
 
 
 def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/shimkit/audit`` (``~/.cache/shimkit/audit`` when unset), as the XDG base directory
-    specification puts per-user caches."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "shimkit" / "audit"
+    """The artifact store's root (:func:`shimkit.store.default_root`): ``$SHIMKIT_BUILD_DIR``, else
+    ``$XDG_CACHE_HOME/shimkit`` (``~/.cache/shimkit``); entries go to its ``audit/`` folder."""
+    return default_root()
+
+
+# What every stored entry must hold for a report to be made of it.
+_ENTRY_FIELDS = {"status": str, "kernels": list, "missing": list}
 
 
 class AuditCache:
-    """Report entries by key in ``directory`` (created on first write)."""
+    """Report entries by key: entries of kind ``audit`` in the artifact store at ``directory``, each verified
+    against its manifest before it is read (:mod:`shimkit.store`)."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.directory = Path(directory)
+        directory = Path(directory)
+        self.store = default_store() if directory == default_root() else Store(directory)
+        self._unusable_said = False
 
-    def _path(self, key: str) -> Path:
-        return self.directory / key[:2] / f"{key}.json"
+    @property
+    def directory(self) -> Path:
+        return self.store.root
 
     def get(self, key: str) -> dict[str, Any] | None:
+        """The stored entry for ``key``, or ``None``: absent, corrupt, foreign or incomplete entries are misses."""
         try:
-            with open(self._path(key), encoding="utf-8") as handle:
-                stored = json.load(handle)
+            folder = self.store.lookup("audit", self.store.key("audit", [key]))
+            if folder is None:
+                return None
+            stored = json.loads((folder / "entry.json").read_text(encoding="utf-8"))
+        except EnvironmentFailure as error:
+            self._say_unusable(error)
+            return None
         except (OSError, ValueError):
             return None
         if not isinstance(stored, dict) or stored.get("format") != CACHE_FORMAT or stored.get("key") != key:
             return None
-        return stored["entry"]
+        entry = stored.get("entry")
+        if not isinstance(entry, dict) or any(not isinstance(entry.get(k), t) for k, t in _ENTRY_FIELDS.items()):
+            return None
+        return entry
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
-        """Store ``entry``; a cache that cannot be written (read-only, full) is skipped, never an error."""
-        path = self._path(key)
+        """Store ``entry`` unless a whole one is stored for ``key`` (the same key makes the same report), in
+        place of a damaged one; a cache that cannot be written (read-only, full, refused) is skipped, never
+        an error."""
+        store, name = self.store, self.store.key("audit", [key])
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:8]}.", suffix=".tmp")
-            try:
-                with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            with store.locked("audit", name), store.staging("audit") as staging:
+                if self.get(key) is not None:
+                    return
+                with open(staging / "entry.json", "w", encoding="utf-8") as handle:
                     json.dump({"format": CACHE_FORMAT, "key": key, "entry": entry}, handle)
-                os.replace(partial, path)
-            except BaseException:
-                os.unlink(partial)
-                raise
-        except OSError:
-            pass
+                store.commit("audit", name, staging, replace=True, inputs={"model": str(entry.get("name"))})
+        except EnvironmentFailure as error:
+            self._say_unusable(error)
+
+    def _say_unusable(self, error: EnvironmentFailure) -> None:
+        if not self._unusable_said:
+            self._unusable_said = True
+            print(f"shimkit audit: the cache is not used: {error}", file=sys.stderr)
 
 
 def audit_key(exported: Any, example_inputs: Iterable[Any], *, plugins: bool, check_numerics: bool | str,
@@ -128,7 +149,7 @@ def registry_fingerprint(registry: Any) -> str:
             digest.update(_module_digest(entry.source.module).encode())
             for shim in getattr(entry.record, "shims", ()):
                 if shim.kernel is not None:
-                    digest.update(_folder_digest(shim.kernel.directory).encode())
+                    digest.update(tree_digest(shim.kernel.directory).encode())
     for problem in registry.problems:
         digest.update(f"{_stable(problem.source)}\0{problem.stage}\0{problem.message}\0".encode())
     return digest.hexdigest()
@@ -159,27 +180,8 @@ def _module_digest(module_name: str) -> str:
     if not path.is_file():
         return "no-file"
     if path.name == "__init__.py":
-        return _folder_digest(str(path.parent), "*.py")
-    return _file_digest(path)
-
-
-def _folder_digest(folder: str, pattern: str = "*") -> str:
-    digest = hashlib.sha256()
-    for path in sorted(Path(folder).rglob(pattern)):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(f"{path.relative_to(folder)}\0{_file_digest(path)}\0".encode())
-    return digest.hexdigest()
-
-
-def _file_digest(path: Path) -> str:
-    status = path.stat()
-    return _contents_digest(str(path), status.st_mtime_ns, status.st_size)
-
-
-@lru_cache(maxsize=4096)
-def _contents_digest(path: str, mtime_ns: int, size: int) -> str:
-    """A file's digest, read once per version of it (the stat fields are the cache key)."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return tree_digest(path.parent, ("*.py",))
+    return current_file_digest(path)
 
 
 @lru_cache(maxsize=None)
@@ -202,7 +204,7 @@ def _environment() -> str:
                  "shimkit.metal", "shimkit.csrc", "shimkit.testing"):
         spec = importlib.util.find_spec(name)
         for folder in (spec.submodule_search_locations or []) if spec else []:
-            sources.update(_folder_digest(folder, "*.py").encode())
+            sources.update(tree_digest(folder, ("*.py",)).encode())
     return (f"python={sys.version_info[:3]} torch={torch.__version__} executorch={version('executorch')} "
             f"shimkit={shimkit.__version__} sources={sources.hexdigest()}")
 

@@ -14,19 +14,16 @@ host modules of the plugins' kernels (:func:`compile_host_module`, from each ``K
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import os
-import re
 import shlex
 import subprocess
 import sys
 import sysconfig
-import tempfile
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Sequence
+
+from shimkit.store import EnvironmentFailure, Store, default_store, digest_of
 
 SOURCE_DIR = Path(__file__).resolve().parent
 INCLUDE_DIR = SOURCE_DIR / "include"
@@ -96,12 +93,22 @@ def shimkit_extension(name: str, sources: Sequence[str | os.PathLike], *,
     )
 
 
-def build_dir() -> Path:
-    """Where test-only builds are cached: ``$SHIMKIT_BUILD_DIR`` or a per-user temp folder."""
-    configured = os.environ.get("SHIMKIT_BUILD_DIR")
-    path = Path(configured) if configured else Path(tempfile.gettempdir()) / f"shimkit-build-{os.getuid()}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+def run_compiler(command: Sequence[str], **kwargs) -> subprocess.CompletedProcess:
+    """``command`` run with its output captured as text. A compiler that cannot be started, or that stops for
+    want of disk, is :class:`~shimkit.store.EnvironmentFailure`: no verdict on what it was compiling."""
+    try:
+        done = subprocess.run(list(command), capture_output=True, text=True, **kwargs)
+    except OSError as error:
+        raise EnvironmentFailure(f"the compiler {command[0]!r} cannot be run: {error.strerror or error} "
+                                 f"(install g++, or set CXX)") from error
+    if done.returncode != 0 and "No space left on device" in done.stderr:
+        raise EnvironmentFailure(f"{command[0]} stopped: the disk is full:\n{done.stderr[-1500:]}")
+    return done
+
+
+def compiler_command() -> list[str]:
+    """The host C++ compiler: ``$CXX``, else the one Python was built with, else ``c++``."""
+    return shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")
 
 
 def compile_shared_library(stem: str, sources: Sequence[str | os.PathLike], *,
@@ -109,16 +116,17 @@ def compile_shared_library(stem: str, sources: Sequence[str | os.PathLike], *,
                            library_dirs: Sequence[str] = (), libraries: Sequence[str] = (),
                            extra_flags: Sequence[str] = (), python_module: bool = False,
                            suffix: str = ".so", depends: Iterable[str | os.PathLike] = ()) -> Path:
-    """Compiles ``sources`` into one shared library in :func:`build_dir` and returns its path.
+    """Compiles ``sources`` into one shared library, an entry of the artifact store (:mod:`shimkit.store`),
+    and returns its path.
 
-    The file name carries a digest of the sources' contents, the headers under ``INCLUDE_DIR`` and
-    every flag, so an unchanged build is reused and a changed one never is. ``python_module`` adds the
-    Python and pybind11 include directories, ahead of ``include_dirs``. The library directories become its run path.
-    ``depends`` are further files (headers elsewhere) whose contents the build depends on. Each source is
-    compiled on its own, all at once, into an object cached the same way (:func:`_object`), then linked.
+    The entry's key holds the sources' contents, the headers under ``INCLUDE_DIR`` and beside each source,
+    and every flag, so an unchanged build is reused and a changed one never is. ``python_module`` adds the
+    Python and pybind11 include directories, ahead of ``include_dirs``. The library directories become its
+    run path. ``depends`` are further files (headers elsewhere) whose contents the build depends on. Each
+    source is compiled on its own, all at once, into an object stored the same way (:func:`_object`), then
+    linked.
     """
-    compiler = os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++"
-    command = shlex.split(compiler) + ["-shared", "-fPIC", "-std=c++17", "-fvisibility=hidden"]
+    command = compiler_command() + ["-shared", "-fPIC", "-std=c++17", "-fvisibility=hidden"]
     includes = [str(INCLUDE_DIR)]
     if python_module:
         import pybind11
@@ -132,83 +140,111 @@ def compile_shared_library(stem: str, sources: Sequence[str | os.PathLike], *,
     link = [f"-L{d}" for d in library_dirs] + [f"-Wl,-rpath,{d}" for d in library_dirs]
     link += [f"-l{lib}" for lib in libraries]
 
-    digest = hashlib.sha256("\0".join(command + sources + link).encode())
-    for source in sorted(sources) + sorted(str(h) for h in INCLUDE_DIR.rglob("*.h")):
-        digest.update(Path(source).read_bytes())
-    for dependency in sorted(str(d) for d in depends):
-        digest.update(Path(dependency).read_bytes())
-    for folder in sorted(Path(s).parent for s in sources):
-        for header in sorted(folder.glob("*.h")):
-            digest.update(header.read_bytes())
-    output = build_dir() / f"{stem}-{digest.hexdigest()[:16]}" / f"{stem}{suffix}"
-    if output.exists():
-        return output
-    output.parent.mkdir(parents=True, exist_ok=True)
+    read = [*sorted(sources), *sorted(str(h) for h in INCLUDE_DIR.rglob("*.h")), *sorted(str(d) for d in depends),
+            *(str(header) for folder in sorted({Path(s).parent for s in sources}) for header in sorted(folder.glob("*.h")))]
+    store = default_store()
+    key = store.key("library", [stem, suffix, *command, "\0", *sources, "\0", *link, "\0",
+                                *(part for path in read for part in (path, Path(path).read_bytes()))])
     # Linker options stay out of the objects and their keys: libraries that differ only there (each
     # runtime's soname) share objects.
     compile_command = [arg for arg in command if arg != "-shared" and not arg.startswith("-Wl,")]
-    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
-        objects = list(pool.map(lambda source: str(_object(compile_command, source)), sources))
-    partial = output.with_name(f"{output.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    result = subprocess.run(command + objects + ["-o", str(partial)] + link, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"linking {stem} failed:\n{shlex.join(result.args)}\n{result.stderr}")
-    os.replace(partial, output)  # atomic, so concurrent test processes never load a half-written file
-    return output
+
+    def produce(staging: Path) -> None:
+        with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+            objects = list(pool.map(lambda source: str(_object(store, compile_command, source)), sources))
+        result = run_compiler(command + objects + ["-o", str(staging / f"{stem}{suffix}")] + link)
+        if result.returncode != 0:
+            raise RuntimeError(f"linking {stem} failed:\n{shlex.join(result.args)}\n{result.stderr}")
+
+    return store.build("library", key, produce, inputs={"stem": stem, "sources": " ".join(sources)}) / f"{stem}{suffix}"
 
 
-def _object(compile_command: list[str], source: str) -> Path:
-    """``source`` compiled with ``compile_command`` into an object file, cached in :func:`build_dir` as the
-    libraries are, so that libraries sharing a translation unit with the same flags (the stand-in runtime's
-    variants) compile it once.
+def _object(store: Store, compile_command: list[str], source: str) -> Path:
+    """``source`` compiled with ``compile_command`` into an object file, stored as the libraries are, so that
+    libraries sharing a translation unit with the same flags (the stand-in runtime's variants) compile it once.
 
-    The folder is named by a digest of the command and the source's path and contents. In it: the files the
-    compiler read for it (its ``-MD`` list: the headers it includes, not every header its library depends on,
-    so a change elsewhere does not recompile it), and one object per digest of their names and contents.
+    Two entries: ``object-inputs``, keyed by the command and the source's path and contents, lists the files
+    the compiler read for it (its ``-MD`` list: the headers it includes, not every header its library depends
+    on, so a change elsewhere does not recompile it); ``object``, keyed by that and the listed files'
+    contents, holds the object.
     """
-    key = hashlib.sha256("\0".join([*compile_command, source]).encode() + b"\0" + Path(source).read_bytes())
-    folder = build_dir() / "objects" / f"{Path(source).stem}-{key.hexdigest()[:16]}"
-    cached = _cached_object(folder)
+    inputs_key = store.key("object-inputs", [*compile_command, source, Path(source).read_bytes()])
+    cached = _cached_object(store, inputs_key)
     if cached is not None:
         return cached
-    folder.mkdir(parents=True, exist_ok=True)
     # Processes that need the same unit at once (test workers, audit workers starting on the same runtime)
     # compile it once: the others wait here, then take its object.
-    with open(folder / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        cached = _cached_object(folder)
+    with store.locked("object-inputs", inputs_key):
+        cached = _cached_object(store, inputs_key)
         if cached is not None:
             return cached
-        partial = folder / f"{os.getpid()}.{threading.get_ident()}.tmp"
-        result = subprocess.run([*compile_command, "-c", source, "-o", f"{partial}.o", "-MD", "-MF", f"{partial}.d",
-                                 "-MT", "object"], capture_output=True, text=True)
-        if result.returncode != 0:
-            raise RuntimeError(f"compiling {source} failed:\n{shlex.join(result.args)}\n{result.stderr}")
-        # Make syntax: "object: file file \<line break> file ...", a space in a name escaped by a backslash.
-        rule = Path(f"{partial}.d").read_text().replace("\\\n", " ").split(":", 1)[1]
-        dependencies = [name.replace("\\ ", " ") for name in re.split(r"(?<!\\)\s+", rule.strip())]
-        os.unlink(f"{partial}.d")
-        output = folder / f"{_contents_digest(dependencies)}.o"
-        os.replace(f"{partial}.o", output)  # atomic, as for the libraries: a reader never sees half an object
-        listed = folder / f"dependencies.{os.getpid()}.{threading.get_ident()}.tmp"
-        listed.write_text("".join(f"{name}\n" for name in dependencies))
-        os.replace(listed, folder / "dependencies")
-        return output
+        with store.staging("object") as staging:
+            depfile = staging / "object.d"
+            result = run_compiler([*compile_command, "-c", source, "-o", str(staging / "object.o"), "-MD", "-MF",
+                                   str(depfile), "-MT", "object"])
+            if result.returncode != 0:
+                raise RuntimeError(f"compiling {source} failed:\n{shlex.join(result.args)}\n{result.stderr}")
+            dependencies = parse_depfile(os.fsdecode(depfile.read_bytes()), target="object")
+            depfile.unlink()
+            folder = store.commit("object", store.key("object", [inputs_key, _contents_digest(dependencies)]),
+                                  staging, inputs={"source": source})
+        with store.staging("object-inputs") as staging:
+            (staging / "dependencies").write_bytes(b"".join(os.fsencode(name) + b"\0" for name in dependencies))
+            store.commit("object-inputs", inputs_key, staging, replace=True, inputs={"source": source})
+        return folder / "object.o"
 
 
-def _cached_object(folder: Path) -> Path | None:
-    try:
-        cached = folder / f"{_contents_digest((folder / 'dependencies').read_text().splitlines())}.o"
-    except FileNotFoundError:  # never compiled, or a file it read is gone
+def parse_depfile(text: str, target: str) -> list[str]:
+    """The prerequisites of ``target``'s rule in a depfile GCC or Clang wrote (``-MD``), unescaped by make's
+    rules as they write them: ``\\ `` a space, ``\\#`` a ``#``, ``$$`` a ``$``, backslash-newline a line
+    break between names."""
+    head = f"{target}:"
+    if not text.startswith(head):
+        raise ValueError(f"the depfile does not start with the rule for {target!r}: {text[:80]!r}")
+    rule = text[len(head):]
+    names, name, index = [], [], 0
+    while index < len(rule):
+        char = rule[index]
+        following = rule[index + 1] if index + 1 < len(rule) else ""
+        if char == "\\" and following == "\n":
+            index += 2
+            char = " "
+        elif char == "\\" and following in " \t#":
+            name.append(following)
+            index += 2
+            continue
+        elif char == "$" and following == "$":
+            name.append("$")
+            index += 2
+            continue
+        else:
+            index += 1
+        if char in " \t\n":
+            if name:
+                names.append("".join(name))
+                name = []
+        else:
+            name.append(char)
+    if name:
+        names.append("".join(name))
+    return names
+
+
+def _cached_object(store: Store, inputs_key: str) -> Path | None:
+    listed = store.lookup("object-inputs", inputs_key)
+    if listed is None:
         return None
-    return cached if cached.exists() else None
+    names = [os.fsdecode(name) for name in (listed / "dependencies").read_bytes().split(b"\0") if name]
+    try:
+        digest = _contents_digest(names)
+    except OSError:  # a file it read is gone: compiled again
+        return None
+    folder = store.lookup("object", store.key("object", [inputs_key, digest]))
+    return folder / "object.o" if folder is not None else None
 
 
 def _contents_digest(paths: Sequence[str]) -> str:
-    digest = hashlib.sha256()
-    for path in paths:
-        digest.update(path.encode() + b"\0" + Path(path).read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
+    return digest_of([part for path in paths for part in (path, Path(path).read_bytes())])
 
 
 def compile_host_module(name: str, sources: Sequence[str | os.PathLike], *, uses_sdk: bool = True,
@@ -218,7 +254,7 @@ def compile_host_module(name: str, sources: Sequence[str | os.PathLike], *, uses
 
     The bindings name the module with ``PYBIND11_MODULE(SHIMKIT_HOST_MODULE, m)``; ``name`` must be
     an identifier, since it reaches the compiler command line as that macro's value. ``links_libtorch``
-    adds libtorch's headers and libraries, for c-shim adapters called with real ``AtenTensorHandle``\ s.
+    adds libtorch's headers and libraries, for c-shim adapters called with real ``AtenTensorHandle``\\ s.
     """
     if not name.isidentifier():
         raise ValueError(f"host module name {name!r} is not an identifier")

@@ -11,24 +11,20 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import fcntl
 import functools
-import hashlib
 import os
 import re
-import shlex
 import struct
-import subprocess
-import sysconfig
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
-from shimkit.csrc.build import SANITIZER_FLAGS, build_dir
+from shimkit.csrc.build import SANITIZER_FLAGS, compiler_command, run_compiler
 from shimkit.metal.frontend import KernelInfo, Translation, check_supported, embed_headers, launcher, translate
 from shimkit.metal.loops import group_function, split_kernels
+from shimkit.store import Store, default_store, tree_digest
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 TORCH_INCLUDE = Path(torch.__file__).resolve().parent / "include"
@@ -80,11 +76,7 @@ WORKERS = os.cpu_count() or 1
 @functools.lru_cache(maxsize=None)
 def _headers_digest() -> str:
     """The digest of shimkit's metal_stdlib headers: package files, read once per process."""
-    digest = hashlib.sha256()
-    for header in sorted(INCLUDE_DIR.rglob("*")):
-        if header.is_file():
-            digest.update(header.name.encode() + header.read_bytes())
-    return digest.hexdigest()
+    return tree_digest(INCLUDE_DIR)
 
 
 def compile_library(source: str, *, sanitize: bool | None = None, ucontext_fibers: bool = False,
@@ -116,26 +108,17 @@ def compile_library(source: str, *, sanitize: bool | None = None, ucontext_fiber
         cpp = f'#include "metal_stdlib"\n{translation.cpp_for(subset)}'
         flags = (list(FLAGS) + _half_rounding_flags(tuple(compiler)) + (list(SANITIZER_FLAGS) if sanitize else [])
                  + (["-DSHIMKIT_METAL_UCONTEXT"] if ucontext_fibers else []))
-        digest = hashlib.sha256("\0".join([CACHE_FORMAT, *compiler, *flags, _headers_digest(), cpp]).encode())
-        folder = build_dir() / "metal" / digest.hexdigest()[:20]
-        library_path = folder / "library.so"
-        if not library_path.exists():
-            folder.mkdir(parents=True, exist_ok=True)
-            # Every file of a build is this thread's own until it is complete, then renamed into place:
-            # processes compiling the same library at once (test workers) never read each other's halves.
-            mine = f"{os.getpid()}.{threading.get_ident()}"
-            source_path, partial = folder / f"library.{mine}.cpp", folder / f"library.{mine}.tmp"
-            source_path.write_text(cpp)
-            try:
-                done = subprocess.run([*compiler, *flags, *_precompiled_header(tuple(compiler), tuple(flags)),
-                                       f"-I{INCLUDE_DIR}", str(source_path), "-o", str(partial)],
-                                      capture_output=True, text=True)
-                if done.returncode != 0:
-                    raise MetalCompileError(_compile_message(done.stderr, source))
-                os.replace(source_path, folder / "library.cpp")  # kept beside the library, to read
-            finally:
-                source_path.unlink(missing_ok=True)
-            os.replace(partial, library_path)
+        store = default_store()
+        entry = store.key("metal-library", [CACHE_FORMAT, *compiler, *flags, _headers_digest(), cpp])
+
+        def produce(staging: Path) -> None:
+            (staging / "library.cpp").write_text(cpp)  # kept beside the library, to read
+            done = run_compiler([*compiler, *flags, *_precompiled_header(tuple(compiler), tuple(flags)),
+                                 f"-I{INCLUDE_DIR}", str(staging / "library.cpp"), "-o", str(staging / "library.so")])
+            if done.returncode != 0:
+                raise MetalCompileError(_compile_message(done.stderr, source))
+
+        library_path = store.build("metal-library", entry, produce) / "library.so"
         library = ctypes.CDLL(str(library_path))
         with _lock:
             _compiled[key] = (library, translation)
@@ -149,8 +132,7 @@ def _half_rounding_flags(compiler: tuple[str, ...]) -> list[str]:
     ``_Float16`` in float and rounds at assignments only (``a * b + a`` rounded once: found on g++ 13.3);
     ``-fexcess-precision=16`` (GCC 12 on) rounds after each operation, which GCC 12 does anyway. A compiler
     without the option (Clang) gets none."""
-    done = subprocess.run([*compiler, "-fexcess-precision=16", "-x", "c++", "-fsyntax-only", "-"],
-                          input="_Float16 x;\n", capture_output=True, text=True)
+    done = run_compiler([*compiler, "-fexcess-precision=16", "-x", "c++", "-fsyntax-only", "-"], input="_Float16 x;\n")
     return ["-fexcess-precision=16"] if done.returncode == 0 else []
 
 
@@ -160,41 +142,40 @@ def _precompiled_header(compiler: tuple[str, ...], flags: tuple[str, ...]) -> li
     GCC (Clang reads no ``.gch`` for an ``#include``) or the build fails (the header is then parsed as
     before). Every library's first line includes ``metal_stdlib``; parsing it and the standard headers it
     needs was most of a library's compile time (0.6 of 0.8 s for a 150 KB library of Inductor's)."""
-    return _precompiled_in(build_dir(), compiler, flags)
+    return _precompiled_in(default_store(), compiler, flags)
+
+
+class _NoPrecompiledHeader(Exception):
+    pass
 
 
 @functools.lru_cache(maxsize=None)
-def _precompiled_in(root: Path, compiler: tuple[str, ...], flags: tuple[str, ...]) -> list[str]:
+def _precompiled_in(store: Store, compiler: tuple[str, ...], flags: tuple[str, ...]) -> list[str]:
     if not _is_gcc(compiler):
         return []
-    digest = hashlib.sha256("\0".join([CACHE_FORMAT, *compiler, *flags, _headers_digest()]).encode())
-    folder = root / "metal-pch" / digest.hexdigest()[:20]
-    header = folder / "metal_stdlib.gch"
-    if not header.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        # One build for processes that start at once (test workers); the others wait for it.
-        with open(folder / "lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not header.exists():
-                partial = folder / f"metal_stdlib.{os.getpid()}.{threading.get_ident()}.tmp"
-                done = subprocess.run([*compiler, *(f for f in flags if f != "-shared"), "-x", "c++-header",
-                                       str(INCLUDE_DIR / "metal_stdlib"), "-o", str(partial)],
-                                      capture_output=True, text=True)
-                if done.returncode != 0:
-                    partial.unlink(missing_ok=True)
-                    return []
-                os.replace(partial, header)
+
+    def produce(staging: Path) -> None:
+        done = run_compiler([*compiler, *(f for f in flags if f != "-shared"), "-x", "c++-header",
+                             str(INCLUDE_DIR / "metal_stdlib"), "-o", str(staging / "metal_stdlib.gch")])
+        if done.returncode != 0:
+            raise _NoPrecompiledHeader(done.stderr)
+
+    try:
+        folder = store.build("metal-pch", store.key("metal-pch", [CACHE_FORMAT, *compiler, *flags, _headers_digest()]),
+                             produce)
+    except _NoPrecompiledHeader:
+        return []
     return [f"-I{folder}"]
 
 
 @functools.lru_cache(maxsize=None)
 def _is_gcc(compiler: tuple[str, ...]) -> bool:
-    done = subprocess.run([*compiler, "-dM", "-E", "-x", "c++", "-"], input="", capture_output=True, text=True)
+    done = run_compiler([*compiler, "-dM", "-E", "-x", "c++", "-"], input="")
     return done.returncode == 0 and "__GNUC__" in done.stdout and "__clang__" not in done.stdout
 
 
 def _compiler() -> list[str]:
-    return shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")
+    return compiler_command()
 
 
 @functools.lru_cache(maxsize=64)
@@ -206,7 +187,7 @@ def _translation(source: str, split_barriers: bool = True) -> Translation:
         return translate(_preprocess(_compiler(), embed_headers(source, TORCH_INCLUDE), source))
     translation = _translation(source, False)
     cooperative = {_qualified(k.function): k.parameters for k in translation.kernels.values() if k.cooperative}
-    split = split_kernels(translation.text, cooperative, INCLUDE_DIR, build_dir() / "metal" / "loops", tuple(_compiler()))
+    split = split_kernels(translation.text, cooperative, INCLUDE_DIR, default_store(), tuple(_compiler()))
     kernels = {}
     for name, kernel in translation.kernels.items():
         qualified = _qualified(kernel.function)
@@ -224,9 +205,8 @@ def _qualified(function: str) -> str:
 
 def _preprocess(compiler: list[str], text: str, source: str) -> str:
     """Runs the C preprocessor as Metal's would: Metal's predefined macros, no system headers."""
-    done = subprocess.run([*compiler, "-E", "-x", "c++", "-std=c++20", "-nostdinc", "-include",
-                           str(INCLUDE_DIR / "shimkit_metal" / "macros.h"), "-"],
-                          input=text, capture_output=True, text=True)
+    done = run_compiler([*compiler, "-E", "-x", "c++", "-std=c++20", "-nostdinc", "-include",
+                         str(INCLUDE_DIR / "shimkit_metal" / "macros.h"), "-"], input=text)
     if done.returncode != 0:
         raise MetalCompileError(_compile_message(done.stderr, source))
     return done.stdout

@@ -38,20 +38,17 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import fcntl
 import functools
-import hashlib
 import json
-import os
 import re
 import subprocess
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 import shimkit.metal.cursors as cursors
 from shimkit.metal.uniform import Uniformity, written
+from shimkit.store import Store, digest_of, tree_digest
 
 BARRIERS = {"threadgroup_barrier", "simdgroup_barrier"}
 MAX_INLINE_DEPTH = 8
@@ -101,66 +98,67 @@ def group_function(function: str) -> str:
     return f"{head}{SPLIT_SUFFIX}{angle}{tail}"
 
 
-def split_kernels(text: str, kernels: dict, include_dir: Path, cache_dir: Path | None,
+def split_kernels(text: str, kernels: dict, include_dir: Path, store: Store | None,
                   compiler: tuple[str, ...] = ("c++",)) -> Split:
     """Writes a group function for each cooperative kernel of the translated ``text`` that can be split.
 
     ``kernels`` maps each kernel's qualified function name (``ns::f``, no template arguments) to its
     parameters (``frontend.Parameter``); Clang parses the text with ``compiler``'s own headers (its
-    ``-print-file-name=include``) on the path. The result is cached in ``cache_dir`` by a digest of the text."""
+    ``-print-file-name=include``) on the path. The result is an entry of ``store`` keyed by the text."""
     if not kernels:
         return Split(text)
-    key = hashlib.sha256("\0".join([FORMAT, _headers_digest(include_dir), text, repr(sorted(
-        (name, [(p.text, p.kind, p.binding) for p in params]) for name, params in kernels.items()))]).encode())
-    path = cache_dir / f"{key.hexdigest()[:24]}.json" if cache_dir else None
-    if path is not None and path.exists():
-        saved = json.loads(path.read_text())
-        return Split(saved["text"], set(saved["split"]), saved["reasons"])
-    result = _split(text, kernels, include_dir, compiler, cache_dir)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{id(result)}.tmp")
-        partial.write_text(json.dumps({"text": result.text, "split": sorted(result.split),
-                                       "reasons": result.reasons}))
-        partial.replace(path)
-    return result
+    if store is None:
+        return _split(text, kernels, include_dir, compiler, None)
+    key = store.key("metal-split", [FORMAT, _headers_digest(include_dir), text, repr(sorted(
+        (name, [(p.text, p.kind, p.binding) for p in params]) for name, params in kernels.items()))])
+
+    def produce(staging: Path) -> None:
+        result = _split(text, kernels, include_dir, compiler, store)
+        (staging / "split.json").write_text(json.dumps({"text": result.text, "split": sorted(result.split),
+                                                        "reasons": result.reasons}))
+
+    saved = json.loads((store.build("metal-split", key, produce) / "split.json").read_text())
+    return Split(saved["text"], set(saved["split"]), saved["reasons"])
 
 
 @functools.lru_cache(maxsize=None)
 def _headers_digest(include_dir: Path) -> str:
-    digest = hashlib.sha256()
-    for header in sorted((include_dir / "shimkit_metal").glob("*.h")):
-        digest.update(header.read_bytes())
-    for module in sorted(Path(__file__).parent.glob("*.py")):  # the splitter, its analyses and readers
-        digest.update(module.read_bytes())
-    return digest.hexdigest()
+    """The splitter's headers and its own modules (its analyses and readers), which decide what it writes."""
+    return digest_of([tree_digest(include_dir / "shimkit_metal", ("*.h",)), tree_digest(Path(__file__).parent, ("*.py",))])
 
 
 @functools.lru_cache(maxsize=None)
-def _precompiled_stdlib(include_dir: Path, args: tuple[str, ...], cache_dir: Path) -> Path | None:
+def _precompiled_stdlib(include_dir: Path, args: tuple[str, ...], store: Store) -> Path | None:
     """``metal_stdlib`` parsed once by libclang and saved (a precompiled header) for every later parse
     with ``args``; None where libclang cannot save one. Parsing the header and the standard headers it
-    needs was 0.5 s of every kernel's split, the rest 10 to 50 ms."""
+    needs was 0.5 s of every kernel's split, the rest 10 to 50 ms. Keyed by libclang's version text (its
+    ``CXString`` printed as an int was a new number per process: a new 12 MB header each)."""
     from clang import cindex
-    version = cindex.conf.lib.clang_getClangVersion()
-    digest = hashlib.sha256("\0".join([FORMAT, _headers_digest(include_dir), str(version), *args]).encode())
-    path = cache_dir / f"metal_stdlib-{digest.hexdigest()[:24]}.pch"
-    if path.exists():
-        return path
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with open(cache_dir / f"{path.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build for processes that start at once; the others wait
-        if path.exists():
-            return path
+
+    class Unsaved(Exception):
+        pass
+
+    def produce(staging: Path) -> None:
         unit = cindex.Index.create().parse(str(include_dir / "metal_stdlib"), args=["-x", "c++-header", *args])
-        partial = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         try:
-            unit.save(str(partial))
-        except cindex.TranslationUnitSaveError:
-            partial.unlink(missing_ok=True)
-            return None
-        os.replace(partial, path)
-    return path
+            unit.save(str(staging / "metal_stdlib.pch"))
+        except cindex.TranslationUnitSaveError as error:
+            raise Unsaved from error
+
+    key = store.key("libclang-pch", [FORMAT, _headers_digest(include_dir), _libclang_version(), *args])
+    try:
+        return store.build("libclang-pch", key, produce) / "metal_stdlib.pch"
+    except Unsaved:
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _libclang_version() -> str:
+    from clang import cindex
+
+    version = cindex.conf.lib.clang_getClangVersion
+    version.restype = cindex._CXString  # the bindings leave it an int: the address of the string
+    return cindex._CXString.from_result(version())
 
 
 @functools.lru_cache(maxsize=None)
@@ -198,7 +196,7 @@ class _Source:
 
 
 def _split(text: str, kernels: dict, include_dir: Path, compiler: tuple[str, ...],
-           cache_dir: Path | None = None) -> Split:
+           store: Store | None = None) -> Split:
     try:
         from clang import cindex
     except ImportError:
@@ -209,7 +207,7 @@ def _split(text: str, kernels: dict, include_dir: Path, compiler: tuple[str, ...
     system_include = _system_include(compiler)
     if system_include:
         args += ["-isystem", system_include]
-    header = _precompiled_stdlib(include_dir, tuple(args), cache_dir) if cache_dir is not None else None
+    header = _precompiled_stdlib(include_dir, tuple(args), store) if store is not None else None
     unit = None
     if header is not None:
         # A precompiled header this libclang refuses (a fatal diagnostic, or no unit at all): the header

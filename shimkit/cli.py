@@ -3,6 +3,7 @@
 ``shimkit plugins``       list op plugins and passes with their source, ops, devices, shims and errors
 ``shimkit config DEVICE`` show what the registry derives for a device (``--cmake`` for kernel sources)
 ``shimkit audit``         predict Metal lowering on Linux (see docs/audit.md)
+``shimkit cache``         show the artifact store's size per kind; ``clean`` and ``prune --max-size`` empty it
 """
 
 from __future__ import annotations
@@ -138,6 +139,68 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _size(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value / 1024:.1f} GiB"
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from shimkit import store as artifacts
+
+    try:
+        store = artifacts.Store(args.root) if args.root else artifacts.default_store()
+        if args.action == "clean":
+            removed, freed = artifacts.clean(store, args.kind or None)
+        elif args.action == "prune":
+            removed, freed = artifacts.prune(store, args.max_size, args.kind or None)
+        else:
+            rows = artifacts.usage(store)
+            if args.json:
+                json.dump({"root": str(store.root), "max_bytes": artifacts.max_bytes(),
+                           "kinds": [{"kind": u.kind, "entries": u.entries, "bytes": u.bytes} for u in rows]},
+                          sys.stdout, indent=2)
+                print()
+                return 0
+            print(f"{store.root} (cap {_size(artifacts.max_bytes())}, ${artifacts.MAX_SIZE_ENV})")
+            table = [[u.kind, str(u.entries), _size(u.bytes)] for u in rows]
+            table.append(["total", str(sum(u.entries for u in rows)), _size(sum(u.bytes for u in rows))])
+            print(_table(table, ["kind", "entries", "size"]))
+            return 0
+    except artifacts.EnvironmentFailure as error:
+        print(f"shimkit cache: {error}", file=sys.stderr)
+        return 2
+    print(f"removed {removed} entries ({_size(freed)}) from {store.root}")
+    return 0
+
+
+def _max_size(text: str) -> int:
+    from shimkit.store import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _configure_cache(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--root", metavar="DIR", help="the store's folder (default: $SHIMKIT_BUILD_DIR, else "
+                                                      "$XDG_CACHE_HOME/shimkit, else ~/.cache/shimkit)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output (the size table)")
+    parser.set_defaults(run=_cmd_cache, action="show", kind=[])
+    actions = parser.add_subparsers(dest="action")
+    clean = actions.add_parser("clean", help="remove every entry no running process is building")
+    prune = actions.add_parser("prune", help="remove the least recently used entries until the store fits")
+    prune.add_argument("--max-size", required=True, type=_max_size, metavar="SIZE",
+                       help="what the store may keep, in bytes or with K, M, G (e.g. 2G)")
+    for action in (clean, prune):
+        action.add_argument("--kind", action="append", metavar="KIND",
+                            help="only entries of this kind (repeatable; `shimkit cache` lists them)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shimkit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -159,6 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
                                             "them, on fake mps tensors. Exit 0: clean; 1: kernels "
                                             "missing; 2: the audit could not run.")
     _configure_audit(audit)
+
+    cache = commands.add_parser("cache", help="show or empty the artifact store (builds and audit results)",
+                                description="The artifact store holds every build and audit result shimkit "
+                                            "caches (docs/reliability.md). Exit 2: the store cannot be used.")
+    _configure_cache(cache)
 
     return parser
 

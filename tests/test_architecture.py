@@ -15,7 +15,7 @@ import shimkit
 
 # Lowest first: a module may import its own package and packages of the same or a lower layer.
 LAYERS = (
-    ("shimkit._versions", "shimkit._ordering", "shimkit._patching", "shimkit._interrupts", "shimkit._C",
+    ("shimkit._versions", "shimkit._ordering", "shimkit._patching", "shimkit._interrupts", "shimkit._C", "shimkit.store",
      "shimkit.csrc"),
     ("shimkit.metal",),
     ("shimkit.registry",),

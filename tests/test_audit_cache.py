@@ -8,7 +8,9 @@ import copy
 import io
 import json
 import multiprocessing
+import os
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ import torch
 from shimkit.audit.cache import AuditCache, audit_key, registry_fingerprint
 from shimkit.audit.cli import configure_parser, run
 from shimkit.backend import new_registry
+from shimkit.store import file_digest
 
 MODEL = textwrap.dedent("""
     import torch
@@ -52,7 +55,7 @@ def test_options_miss_and_no_cache_reads_and_writes_nothing(tmp_path):
     assert audit(*cache, "--no-plugins", "cumsum")[1]["models"][0]["cached"] is False
     assert audit(*cache, "--check-numerics", "cumsum")[1]["models"][0]["cached"] is False
     assert audit(*cache, "cumsum")[1]["models"][0]["cached"] is True
-    entries = sorted((tmp_path / "cache").rglob("*.json"))
+    entries = sorted((tmp_path / "cache").rglob("entry.json"))
     assert len(entries) == 3
     code, document = audit("--no-cache", "--cache-dir", str(tmp_path / "unused"), "cumsum")
     assert document["models"][0]["cached"] is False and not (tmp_path / "unused").exists()
@@ -153,11 +156,15 @@ def test_zero_dimensional_weights_of_any_size_are_keyed_with_numerics():
     assert before == key(torch.export.export(model, (x,))) != key(torch.export.export(tracked, (x,)))
 
 
+def _entry(**fields) -> dict:
+    return {"status": "clean", "kernels": [], "missing": [], **fields}
+
+
 def _hammer(directory: str, worker: int) -> None:
     cache = AuditCache(directory)
     for round_ in range(200):
-        cache.put("ab" * 32, {"worker": worker, "round": round_, "payload": "x" * 20000})
-        entry = cache.get("ab" * 32)
+        cache.put(f"{round_ % 7:02d}" * 32, _entry(worker=worker, round=round_, payload="x" * 20000))
+        entry = cache.get(f"{round_ % 7:02d}" * 32)
         assert entry is not None and len(entry["payload"]) == 20000
 
 
@@ -182,15 +189,36 @@ def test_concurrent_writers_never_leave_a_torn_entry(tmp_path):
     for writer in writers:
         writer.join()
     assert [w.exitcode for w in writers] == [0, 0, 0, 0]
-    assert AuditCache(tmp_path).get("ab" * 32)["payload"] == "x" * 20000
-    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == [f"{'ab' * 32}.json"]
+    assert AuditCache(tmp_path).get("00" * 32)["payload"] == "x" * 20000
+    entries = [p for p in (tmp_path / "audit").iterdir() if p.is_dir()]
+    assert len(entries) == 7 and all(sorted(os.listdir(e)) == ["entry.json", "manifest.json"] for e in entries)
 
 
-def test_an_unreadable_or_foreign_entry_is_a_miss(tmp_path):
+def _entry_file(cache: AuditCache) -> Path:
+    [path] = (cache.directory / "audit").rglob("entry.json")
+    return path
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbled", "foreign", "without status"])
+def test_a_damaged_entry_is_a_miss_and_is_rewritten(tmp_path, damage, capsys):
     cache = AuditCache(tmp_path)
-    cache.put("cd" * 32, {"status": "clean"})
-    path = tmp_path / "cd" / f"{'cd' * 32}.json"
-    path.write_text("{not json")
-    assert cache.get("cd" * 32) is None
-    path.write_text(json.dumps({"format": 1, "key": "other", "entry": {}}))
-    assert cache.get("cd" * 32) is None
+    cache.put("cd" * 32, _entry())
+    path = _entry_file(cache)
+    text = path.read_text()
+    if damage == "truncated":
+        path.write_text(text[: len(text) // 2])
+    elif damage == "garbled":
+        path.write_text(text.replace("clean", "CLEAN"))
+    else:
+        # Written with a matching manifest, as a planted or stale entry would be: the check is on content.
+        stored = json.loads(text)
+        stored["key" if damage == "foreign" else "entry"] = "other" if damage == "foreign" else {"kernels": []}
+        os.chmod(path, 0o600)
+        path.write_text(json.dumps(stored))
+        manifest = path.parent / "manifest.json"
+        recorded = json.loads(manifest.read_text())
+        recorded["files"]["entry.json"] = {"size": path.stat().st_size, "sha256": file_digest(path)}
+        manifest.write_text(json.dumps(recorded))
+    assert AuditCache(tmp_path).get("cd" * 32) is None
+    AuditCache(tmp_path).put("cd" * 32, _entry(again=True))
+    assert AuditCache(tmp_path).get("cd" * 32) == _entry(again=True)

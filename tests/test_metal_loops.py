@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from shimkit.metal.library import (INCLUDE_DIR, MetalRaceError, ShaderLibrary, _compiler, _qualified, _translation,
                                    compile_library)
 from shimkit.metal.loops import _split
+from shimkit.store import Store
 
 HEADER = """
 #include <metal_stdlib>
@@ -620,13 +621,14 @@ def test_the_splitter_reads_metal_stdlib_precompiled_and_splits_as_from_the_head
     translation = _translation(C10_HELPERS, False)
     kernels = {_qualified(k.function): k.parameters for k in translation.kernels.values() if k.cooperative}
     compiler = tuple(_compiler())
-    precompiled = _split(translation.text, kernels, INCLUDE_DIR, compiler, tmp_path)
-    [header] = tmp_path.glob("metal_stdlib-*.pch")
+    store = Store(tmp_path)
+    precompiled = _split(translation.text, kernels, INCLUDE_DIR, compiler, store)
+    [header] = tmp_path.glob("libclang-pch/*/metal_stdlib.pch")
     parsed = _split(translation.text, kernels, INCLUDE_DIR, compiler)
     assert precompiled.split == parsed.split == set(kernels)
     assert precompiled.text == parsed.text
     header.write_bytes(b"not a precompiled header")  # a libclang that refuses it: the header is parsed
-    assert _split(translation.text, kernels, INCLUDE_DIR, compiler, tmp_path).text == parsed.text
+    assert _split(translation.text, kernels, INCLUDE_DIR, compiler, store).text == parsed.text
 
 
 def test_threadgroup_memory_is_named_in_regions_through_one_reference_per_group():

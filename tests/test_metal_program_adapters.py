@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import hashlib
-import os
 import textwrap
 from pathlib import Path
 
@@ -41,9 +39,9 @@ from shimkit.audit.loader import load_model
 from shimkit.audit.numerics import EXECUTE
 from shimkit.audit.runner import audit_loaded
 from shimkit.backend import get_registry, new_registry
-from shimkit.csrc.build import build_dir
 from shimkit.metal import program
 from shimkit.registry import hookimpl
+from shimkit.store import default_store
 
 
 def _write_model(tmp_path: Path, name: str, body: str) -> str:
@@ -106,21 +104,17 @@ def _assert_ran_clean(audit, *kernels: str) -> None:
 
 
 def _stable_folder(files: dict[str, str]) -> Path:
-    """``files`` written to a folder of the build directory named by their digest. A runtime library's digest
+    """``files`` written to an entry of the artifact store named by their digest. A runtime library's digest
     covers its adapters' paths, so a copy under tmp_path would rebuild the whole runtime on every run; this
     one is built once."""
-    digest = hashlib.sha256()
-    for name, text in sorted(files.items()):
-        digest.update(name.encode() + b"\0" + text.encode() + b"\0")
-    folder = build_dir() / "adapter-test-sources" / digest.hexdigest()[:16]
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        path = folder / name
-        if not path.exists() or path.read_text() != text:
-            partial = path.with_name(f"{name}.{os.getpid()}.tmp")
-            partial.write_text(text)
-            os.replace(partial, path)
-    return folder
+    store = default_store()
+
+    def produce(staging: Path) -> None:
+        for name, text in files.items():
+            (staging / name).write_text(text)
+
+    return store.build("test-sources", store.key("test-sources", [p for item in sorted(files.items()) for p in item]),
+                       produce)
 
 
 @pytest.fixture(scope="module")

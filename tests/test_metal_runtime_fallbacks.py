@@ -1,7 +1,7 @@
 """The Linux Metal runtime's CPU fallback kernels (csrc/metal_runtime/fallbacks/), called by their C
 symbols with real AtenTensorHandles (libtorch's implementation of the AOTI C accessor API), against torch.
 
-The library is built once per source digest (``shimkit.csrc.build.build_dir()``), with torch's
+The library is built once per source digest (an entry of the artifact store, ``shimkit.store``), with torch's
 generated ``c_shim_mps.h`` and the custom ops' C prototypes (from the plugin records that declare them
 to Inductor) force-included, so a symbol whose signature differs from what Inductor calls does not
 compile. ``SHIMKIT_SANITIZE=1`` builds it with ASan and UBSan (run the process as csrc/sanitize.sh does).
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import math
 import os
 from pathlib import Path
@@ -28,7 +27,8 @@ from hypothesis import strategies as st
 import shimkit.plugins.addmm as addmm_plugin
 import shimkit.plugins.metal_custom_ops as metal_custom_ops
 import shimkit.plugins.torchao_linear as torchao_linear
-from shimkit.csrc.build import SANITIZER_FLAGS, SOURCE_DIR, build_dir, compile_shared_library, sdk_sources
+from shimkit.csrc.build import SANITIZER_FLAGS, SOURCE_DIR, compile_shared_library, sdk_sources
+from shimkit.store import default_store
 from shimkit.testing.kernels import AOTI_TORCH_SUCCESS, tensor_handles
 from shimkit.testing.strategies import tensors
 
@@ -72,12 +72,12 @@ def prototype_header() -> Path:
     text = "#include <torch/csrc/inductor/aoti_torch/generated/c_shim_mps.h>\nextern \"C\" {\n"
     text += "".join(f"AOTI_TORCH_EXPORT {prototype};\n" for prototype in custom_prototypes())
     text += "}\n"
-    path = build_dir() / f"metal-fallback-prototypes-{hashlib.sha256(text.encode()).hexdigest()[:16]}.h"
-    if not path.exists():
-        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        partial.write_text(text)
-        os.replace(partial, path)
-    return path
+    store = default_store()
+
+    def produce(staging: Path) -> None:
+        (staging / "metal-fallback-prototypes.h").write_text(text)
+
+    return store.build("test-sources", store.key("test-sources", [text]), produce) / "metal-fallback-prototypes.h"
 
 
 @functools.lru_cache(maxsize=None)
