@@ -44,6 +44,23 @@ exit status: 0 all clean, 1 missing kernels or wrong numbers (--check-numerics, 
 """
 
 
+# About 11 days: the caller's wait on a worker (poll(2), in milliseconds of a C int) overflows past 24.8 days.
+LONGEST_TIMEOUT_S = 1e6
+
+
+def _timeout_seconds(text: str) -> float:
+    """``--timeout``'s value, refused while parsing: 0, a negative number, NaN or infinity cannot bound an
+    audit (a negative one made every worker fail with a traceback)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a number of seconds, got {text!r}") from None
+    if not 0 < seconds <= LONGEST_TIMEOUT_S:  # also false for NaN
+        raise argparse.ArgumentTypeError(f"takes a positive number of seconds, at most {LONGEST_TIMEOUT_S:.0f}, "
+                                         f"got {text!r}")
+    return seconds
+
+
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.description = DESCRIPTION
     parser.epilog = EPILOG
@@ -71,10 +88,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                              "--check-numerics does (Metal only)")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                         help="audit models in N worker processes, one merged report (default: the number of "
-                             "cores; one model is audited in this process)")
-    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                        help="with -j: a model not audited within SECONDS is reported as an error, the others "
-                             "are kept")
+                             "cores; one model is audited in this process, unless --timeout or --execute is "
+                             "given: then in one worker)")
+    parser.add_argument("--timeout", type=_timeout_seconds, default=None, metavar="SECONDS",
+                        help="a model not audited within SECONDS is reported as an error, the others are kept "
+                             "(each model is audited in a worker process that can be stopped, also with -j 1)")
     parser.add_argument("--shard", metavar="K/N",
                         help="audit only the K-th of N deterministic slices of the models (CI matrices); "
                              "combine the --json reports with `shimkit audit merge A.json B.json ...`")
@@ -86,8 +104,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         help="also audit stock (--no-plugins) and write a Markdown coverage table to FILE: "
                              "model, status with shimkit, missing kernels, stock status")
     parser.add_argument("--cache-dir", metavar="DIR",
-                        help="where audit results are kept and reused for unchanged models, options, versions "
-                             "and plugins (default: $XDG_CACHE_HOME/shimkit/audit, else ~/.cache/shimkit/audit)")
+                        help="the artifact store where audit results are kept (in its audit/ folder) and reused "
+                             "for unchanged models, options, versions and plugins (default: the build store, "
+                             "$SHIMKIT_BUILD_DIR, else $XDG_CACHE_HOME/shimkit, else ~/.cache/shimkit)")
     parser.add_argument("--no-cache", action="store_true",
                         help="audit every model afresh, reading and writing no cache")
     parser.add_argument("--trust-pickle", action="store_true",
@@ -207,16 +226,19 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
     progress = None if args.quiet else _progress(stderr)
     cache = None if getattr(args, "no_cache", False) else AuditCache(getattr(args, "cache_dir", None)
                                                                      or default_cache_dir())
+    timeout = getattr(args, "timeout", None)
+    # A timeout can only stop a process, and a compiled program that crashes (--execute) must take down a
+    # worker, not the audit: then even one model goes to a worker.
+    in_workers = bool(specs) and ((jobs > 1 and len(specs) > 1) or timeout is not None or numerics == EXECUTE)
     try:
         # What models and factories print goes to stderr: stdout carries the report alone.
         with _quiet_libraries(), _pickle_trust(getattr(args, "trust_pickle", False)), \
                 contextlib.redirect_stdout(stderr):
             def audit(plugins: bool) -> dict:
-                if jobs > 1 and len(specs) > 1:
+                if in_workers:
                     models, interrupted = audit_in_workers(
                         specs, plugins=plugins, check_numerics=numerics, jobs=min(jobs, len(specs)),
-                        timeout=getattr(args, "timeout", None), target=target, on_progress=progress, cache=cache,
-                        float64=float64)
+                        timeout=timeout, target=target, on_progress=progress, cache=cache, float64=float64)
                     return document_of(models, plugins=plugins, interrupted=interrupted, target=target)
                 if cache is not None:
                     models, interrupted = audit_in_process(specs, plugins=plugins, check_numerics=numerics,

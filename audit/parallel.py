@@ -55,7 +55,8 @@ def audit_in_process(specs: Sequence[str], *, plugins: bool, check_numerics: boo
                      cache: AuditCache | None = None,
                      on_progress: Callable[[int, int, str, dict[str, Any] | None], None] | None = None,
                      float64: str = "refuse") -> tuple[list[dict[str, Any]], bool]:
-    """:func:`audit_in_workers` in this process, one model after the other (``-j 1``)."""
+    """:func:`audit_in_workers` in this process, one model after the other (``-j 1`` without ``--timeout`` or
+    ``--execute``)."""
     models: list[dict[str, Any]] = []
     index = 0
     try:

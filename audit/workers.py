@@ -1,6 +1,6 @@
-"""One pool of worker processes for everything the audit runs many of: models under ``shimkit audit -j``
-(:func:`shimkit.audit.parallel.audit_in_workers`) and OpInfo ops in the coverage sweep
-(:func:`shimkit.audit.coverage.sweep`).
+"""One pool of worker processes for everything the audit runs many of, or must be able to stop: models under
+``shimkit audit -j``, ``--timeout`` or ``--execute`` (:func:`shimkit.audit.parallel.audit_in_workers`) and
+OpInfo ops in the coverage sweep (:func:`shimkit.audit.coverage.sweep`).
 
 Workers are forked from the caller, as torch's DataLoader forks its workers, so that none pays the seconds
 of importing torch, ExecuTorch and Inductor again (``start_method="spawn"`` starts fresh interpreters, for
@@ -15,8 +15,8 @@ an alarm of ``timeout`` seconds. What can go wrong with a task is that task's re
   ``KeyboardInterrupt`` the task raises itself too: workers ignore SIGINT, so no real Ctrl-C lands there);
 * the task runs past ``timeout``: phase ``"timeout"`` (a hang in native code, which the alarm cannot stop,
   is given up ``GRACE_S`` seconds later and its worker killed);
-* the worker process dies (a segfault, ``os._exit``): phase ``"worker"``, with its exit code; a new
-  worker takes the next task;
+* the worker process dies (a segfault, ``os._exit``): phase ``"worker"``, with its exit code (and the
+  signal's name); a new worker takes the next task;
 * Ctrl-C in the caller: the results so far are returned, the task being waited for is reported with phase
   ``"interrupted"``, and every worker is stopped. Workers ignore SIGINT themselves, so a Ctrl-C sent to
   the whole process group (as a terminal does) reaches only the caller.
@@ -26,6 +26,7 @@ Results come back in the order of ``tasks``, and ``on_progress`` sees them in th
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -41,8 +42,10 @@ Task = TypeVar("Task")
 Result = TypeVar("Result")
 
 # How long past ``timeout`` the caller waits for a worker before killing it: the worker's own alarm stops a
-# Python-level hang at ``timeout``; this covers a hang in native code, where no signal handler runs.
-GRACE_S = 300.0
+# Python-level hang at ``timeout`` and its answer takes milliseconds, so this only has to cover the unwinding
+# of the task's ``finally`` blocks and a loaded machine; a hang in native code, where no signal handler runs,
+# then costs the timeout and a few seconds, not minutes.
+GRACE_S = 5.0
 
 
 class TaskTimeout(BaseException):
@@ -140,12 +143,11 @@ def _ready(workers: list[_Worker], timeout: float | None) -> list[_Worker]:
     busy = [w for w in workers if w.busy]
     if not busy:
         return []
-    deadline = None if timeout is None else min(w.started for w in busy) + timeout + GRACE_S - time.monotonic()
+    running = [w.started for w in busy if w.running]
+    deadline = None if timeout is None or not running else min(running) + timeout + GRACE_S - time.monotonic()
     handles = [h for w in busy for h in (w.connection, w.process.sentinel)]
     ready = set(wait(handles, timeout=None if deadline is None else max(deadline, 0.0)))
-    now = time.monotonic()
-    return [w for w in busy if w.connection in ready or w.process.sentinel in ready
-            or (timeout is not None and now - w.started > timeout + GRACE_S)]
+    return [w for w in busy if w.connection in ready or w.process.sentinel in ready or w.overdue(timeout)]
 
 
 def _running_for(workers: list[_Worker], index: int) -> float:
@@ -164,6 +166,9 @@ class _Worker:
         child.close()
         self.index = -1
         self.started = 0.0
+        # Whether the worker has said it started the task held: until then it may still be starting (a
+        # spawned worker imports torch for seconds), time that counts against no task's timeout.
+        self.running = False
         self.tasks_done = 0
         self.alive = True
 
@@ -171,8 +176,11 @@ class _Worker:
     def busy(self) -> bool:
         return self.index >= 0
 
+    def overdue(self, timeout: float | None) -> bool:
+        return self.running and timeout is not None and time.monotonic() - self.started > timeout + GRACE_S
+
     def give(self, index: int, tasks: Sequence[Any]) -> None:
-        self.index, self.started = index, time.monotonic()
+        self.index, self.started, self.running = index, time.monotonic(), False
         try:
             self.connection.send(tasks[index])
         except OSError:
@@ -181,25 +189,29 @@ class _Worker:
     def collect(self, timeout: float | None) -> tuple[int, tuple[str, Any] | None]:
         """``(index, outcome)`` for the task this worker held: ``("ok", result)`` or ``("failed", Failure)``;
         ``None`` when it has nothing yet."""
-        index, seconds = self.index, time.monotonic() - self.started
+        index = self.index
         try:
-            if self.connection.poll():
+            while self.connection.poll():
                 kind, payload, seconds = self.connection.recv()
-                self.index, self.tasks_done = -1, self.tasks_done + 1
+                if kind == "started":
+                    self.started, self.running = time.monotonic(), True
+                    continue
+                self.index, self.running, self.tasks_done = -1, False, self.tasks_done + 1
                 if kind == "ok":
                     return index, ("ok", payload)
                 return index, ("failed", Failure(kind, payload, seconds))
         except (EOFError, OSError):
             pass  # the worker died mid-message: reported below like any death
-        if self.process.is_alive() and (timeout is None or seconds <= timeout + GRACE_S):
+        if self.process.is_alive() and not self.overdue(timeout):
             return index, None
-        self.alive, self.index = False, -1
+        seconds = time.monotonic() - self.started
+        self.alive, self.index, self.running = False, -1, False
         if self.process.is_alive():
-            return index, ("failed", Failure("timeout", f"did not finish within {timeout:g} s, nor "
-                                             f"{GRACE_S:g} s after (a hang in native code); its worker was "
-                                             f"killed", seconds))
+            return index, ("failed", Failure("timeout", f"did not finish within {timeout:g} s (--timeout), nor "
+                                             f"{GRACE_S:g} s after (a hang in native code, which the alarm "
+                                             f"cannot stop); its worker was killed", seconds))
         self.process.join()
-        return index, ("failed", Failure("worker", f"its worker process died (exit code {self.process.exitcode}) "
+        return index, ("failed", Failure("worker", f"its worker process died ({_exit_of(self.process.exitcode)}) "
                                          f"before giving a result", seconds))
 
     def stop(self) -> None:
@@ -208,6 +220,14 @@ class _Worker:
         if self.process.pid is not None:
             self.process.join()
         self.connection.close()
+
+
+def _exit_of(code: int) -> str:
+    """``exit code -11, SIGSEGV``: a negative exit code is the signal that killed the process."""
+    if code < 0:
+        with contextlib.suppress(ValueError):  # a number Python has no name for (a real-time signal)
+            return f"exit code {code}, {signal.Signals(-code).name}"
+    return f"exit code {code}"
 
 
 def _progress_lock_of_its_own() -> None:
@@ -247,6 +267,7 @@ def _serve(connection: Connection, caller: int, function: Callable, timeout: flo
             return
         expired = False
         started = time.monotonic()
+        connection.send(("started", None, 0.0))  # the caller's deadline counts from here
         if timeout is not None:
             signal.setitimer(signal.ITIMER_REAL, timeout)
         timed_out = ("timeout", f"did not finish within {timeout:g} s (--timeout); the other results are kept"

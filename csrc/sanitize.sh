@@ -9,7 +9,7 @@
 #   bash csrc/sanitize.sh --files      (the test files it runs, one per line: CI runs them only here)
 # Builds shimkit._C and every registered kernel's host module (shimkit.testing.kernels) with
 # -fsanitize=address,undefined -fno-sanitize-recover=all (any UB aborts the run) into
-# $SHIMKIT_BUILD_DIR (default: a per-user temp folder), loads that build in place of the installed
+# the artifact store ($SHIMKIT_BUILD_DIR, default ~/.cache/shimkit: shimkit/store.py), loads that build in place of the installed
 # shimkit._C (SHIMKIT_NATIVE_MODULE), and runs pytest with the ASan runtime preloaded, because the
 # Python interpreter itself is not instrumented. Leak detection is off: CPython and libtorch keep
 # allocations alive until exit by design, which would drown real reports.
@@ -40,7 +40,7 @@ export LD_PRELOAD="$("$CXX" -print-file-name=libasan.so) $("$CXX" -print-file-na
 # with the ASan allocator under every allocation: ~40% more CPU, for nothing under test. $CXX becomes a
 # wrapper that runs the same compiler without it (named as it, for tools that recognise gcc by name; kept
 # in the build folder at a stable path, because build digests include the compiler command).
-wrapper="$(dirname "$(dirname "$module")")/compiler-without-preload/$(basename "${CXX%% *}")"
+wrapper="$(dirname "$(dirname "$(dirname "$module")")")/compiler-without-preload/$(basename "${CXX%% *}")"
 mkdir -p "$(dirname "$wrapper")"
 printf '#!/bin/sh\nunset LD_PRELOAD\nexec %s "$@"\n' "$CXX" > "$wrapper.$$"
 chmod +x "$wrapper.$$"

@@ -5,7 +5,10 @@ from __future__ import annotations
 import io
 import json
 import signal
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +16,8 @@ from shimkit.audit.cli import _progress, configure_parser, run
 from shimkit.audit.parallel import MergeError, audit_in_workers, merge_reports, shard
 
 import argparse
+
+SHIMKIT = str(Path(sys.executable).parent / "shimkit")
 
 SLOW_MODEL = textwrap.dedent("""
     import time
@@ -58,6 +63,97 @@ def test_workers_give_one_report_and_a_slow_model_costs_only_itself(tmp_path):
     assert slow["status"] == "error" and "--timeout" in slow["failure"]["message"]
     assert document["summary"]["models"] == 3 and document["summary"]["error"] == 1
     assert code == document["exit_code"] == 2
+
+
+# Models that never finish, or take their process down: each is given a 600 s sleep or crash where a test's
+# subprocess waits 120 s, so an audit that does not stop them fails the test by its timeout.
+STUCK_MODELS = textwrap.dedent("""
+    import ctypes
+    import signal
+    import time
+
+    import torch
+
+
+    class Sleeps(torch.nn.Module):
+        def forward(self, x):
+            time.sleep(600)
+            return x + 1
+
+
+    def sleeps():
+        return Sleeps(), (torch.ones(2),)
+
+
+    def hangs_in_native_code():
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # the alarm's handler never runs
+        ctypes.CDLL(None).sleep(600)
+        return torch.nn.ReLU(), (torch.ones(2),)
+
+
+    class Crashes(torch.nn.Module):
+        def forward(self, x):
+            ctypes.string_at(0)  # SIGSEGV
+            return x + 1
+
+
+    def crashes():
+        return Crashes(), (torch.ones(2),)
+
+
+    def identity():  # nothing to compile, even under --execute
+        return torch.nn.Identity(), (torch.ones(2),)
+""")
+
+
+def audit_subprocess(*argv: str) -> tuple[int, dict]:
+    done = subprocess.run([SHIMKIT, "audit", "--json", "--quiet", *argv], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout, done.stderr[-2000:]
+    return done.returncode, json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("model", ["sleeps", "hangs_in_native_code"])
+@pytest.mark.parametrize("jobs", [None, "1"])
+def test_timeout_holds_for_one_model_and_for_one_worker(tmp_path, model, jobs):
+    # One model, or -j 1, was audited in the calling process, where --timeout was ignored.
+    (tmp_path / "stuck.py").write_text(STUCK_MODELS)
+    specs = [f"{tmp_path}/stuck.py:{model}"] + ([f"{tmp_path}/stuck.py:identity"] if jobs else [])
+    code, document = audit_subprocess("--timeout", "2", *(["-j", jobs] if jobs else []), *specs)
+    assert code == document["exit_code"] == 2
+    stuck, *others = document["models"]
+    assert (stuck["status"], stuck["failure"]["phase"]) == ("error", "timeout")
+    assert "within 2 s (--timeout)" in stuck["failure"]["message"]
+    assert [m["status"] for m in others] == ["clean"] * len(others)
+
+
+@pytest.mark.parametrize("option", [["--execute"], ["--timeout", "60"]])
+def test_a_model_that_crashes_its_process_is_that_models_error(tmp_path, option):
+    # --execute loads and runs compiled libraries: one that crashes takes down a worker, not the audit,
+    # also for -j 1 and with no --timeout.
+    (tmp_path / "stuck.py").write_text(STUCK_MODELS)
+    code, document = audit_subprocess(*option, "-j", "1", f"{tmp_path}/stuck.py:crashes",
+                                      f"{tmp_path}/stuck.py:identity")
+    assert code == document["exit_code"] == 2
+    crashed, identity = document["models"]
+    assert crashed["status"] == "error" and crashed["failure"]["phase"] == "worker"
+    assert f"exit code {-signal.SIGSEGV}, SIGSEGV" in crashed["failure"]["message"]
+    assert identity["status"] == "clean"
+
+
+@pytest.mark.parametrize("seconds", ["0", "-5", "nan", "inf"])
+def test_a_timeout_that_bounds_nothing_is_refused_while_parsing(seconds):
+    done = subprocess.run([SHIMKIT, "audit", "--timeout", seconds, "seed_split_linear"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and not done.stdout
+    assert done.stderr.startswith("usage: ") and "argument --timeout: takes a positive number" in done.stderr
+
+
+def test_the_cache_answers_for_models_audited_in_a_worker(tmp_path):
+    argv = ("--timeout", "60", "-j", "1", "--json", "--cache-dir", str(tmp_path / "cache"), "seed_split_linear")
+    first, second = (json.loads(audit(*argv)[1])["models"][0] for _ in range(2))
+    assert (first["status"], first["cached"]) == ("clean", False)
+    assert (second["status"], second["cached"]) == ("clean", True)
 
 
 def test_the_progress_line_shows_a_workers_own_time_not_the_wait_for_it():

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from shimkit.audit.workers import Failure, run_tasks
+from shimkit.audit.workers import GRACE_S, Failure, run_tasks
 
 
 def behave(task: str) -> str:
@@ -50,13 +50,50 @@ def test_every_failure_is_that_tasks_result_and_order_is_kept():
     assert [r.split(":")[0] if isinstance(r, str) else r[0] for r in results] == tasks
     failures = {r[0]: r[1:] for r in results if isinstance(r, tuple)}
     assert failures["exit"] == ("worker", "its worker process died (exit code 7) before giving a result")
-    assert failures["segfault"] == ("worker", f"its worker process died (exit code {-signal.SIGSEGV}) before "
-                                              f"giving a result")
+    assert failures["segfault"] == ("worker", f"its worker process died (exit code {-signal.SIGSEGV}, SIGSEGV) "
+                                              f"before giving a result")
     assert failures["raise"] == ("worker", "ValueError: bad input")
     assert failures["interrupt"] == ("worker", "KeyboardInterrupt: from the task")
     assert failures["sys.exit"] == ("worker", "SystemExit: 3")
     assert failures["hang"][0] == failures["swallow"][0] == "timeout"
     assert "within 3 s (--timeout)" in failures["hang"][1]
+
+
+NATIVE_HANG = textwrap.dedent("""
+    import ctypes, json, signal
+    from shimkit.audit.workers import run_tasks
+
+    def task(name):
+        if name == "hang":  # what a hang in C looks like: the alarm's handler never runs
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+            ctypes.CDLL(None).pause()
+        return name
+
+    results, _ = run_tasks(task, ["hang", "after"], jobs=1, timeout=1,
+                           on_failure=lambda name, failure: [failure.phase, failure.message])
+    print(json.dumps(results))
+""")
+
+
+def test_a_hang_in_native_code_is_stopped_shortly_after_the_timeout():
+    # Bounded by the subprocess's timeout, far below the 600 s a hang costs: the caller kills the worker
+    # GRACE_S seconds after the timeout, and a fresh worker takes the next task.
+    done = subprocess.run([sys.executable, "-c", NATIVE_HANG], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (phase, message), after = json.loads(done.stdout)
+    assert (phase, after) == ("timeout", "after")
+    assert f"nor {GRACE_S:g} s after (a hang in native code" in message
+
+
+def _slow_to_start() -> None:
+    time.sleep(GRACE_S + 2)
+
+
+def test_a_workers_start_does_not_count_against_its_first_tasks_timeout():
+    # A spawned worker imports torch before its first task (seconds): the caller counts a task's time from
+    # when the worker says it started it, so the start cannot get the worker killed as a native hang.
+    results, _ = run_tasks(behave, ["a"], jobs=1, timeout=1, initializer=_slow_to_start, on_failure=as_failure)
+    assert results[0].startswith("a:"), results
 
 
 def test_workers_are_forked_reused_and_retired():
