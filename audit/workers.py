@@ -216,6 +216,9 @@ class _Worker:
 
     def stop(self) -> None:
         if self.process.is_alive():
+            # The worker leads a process group of its own: the compilers it started go with it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
             self.process.kill()
         if self.process.pid is not None:
             self.process.join()
@@ -246,6 +249,7 @@ def _serve(connection: Connection, caller: int, function: Callable, timeout: flo
     caller (a forked worker holds copies of the caller's ends of every pipe, so the caller's death is not
     always an end of file here)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
+    os.setpgrp()  # so that stopping it stops what it started (a compiler under --execute) too
     _progress_lock_of_its_own()
     if initializer:
         initializer()

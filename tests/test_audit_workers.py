@@ -60,28 +60,37 @@ def test_every_failure_is_that_tasks_result_and_order_is_kept():
 
 
 NATIVE_HANG = textwrap.dedent("""
-    import ctypes, json, signal
+    import ctypes, json, signal, subprocess, sys
     from shimkit.audit.workers import run_tasks
 
     def task(name):
         if name == "hang":  # what a hang in C looks like: the alarm's handler never runs
+            started = subprocess.Popen(["sleep", "600"])  # as a compiler the task started
+            open(sys.argv[1], "w").write(str(started.pid))
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
             ctypes.CDLL(None).pause()
         return name
 
+    def running(pid):
+        try:
+            return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
     results, _ = run_tasks(task, ["hang", "after"], jobs=1, timeout=1,
                            on_failure=lambda name, failure: [failure.phase, failure.message])
-    print(json.dumps(results))
+    print(json.dumps([results, running(int(open(sys.argv[1]).read()))]))
 """)
 
 
-def test_a_hang_in_native_code_is_stopped_shortly_after_the_timeout():
+def test_a_hang_in_native_code_is_stopped_shortly_after_the_timeout(tmp_path):
     # Bounded by the subprocess's timeout, far below the 600 s a hang costs: the caller kills the worker
-    # GRACE_S seconds after the timeout, and a fresh worker takes the next task.
-    done = subprocess.run([sys.executable, "-c", NATIVE_HANG], capture_output=True, text=True, timeout=120)
+    # GRACE_S seconds after the timeout, with the processes it started, and a fresh worker takes the next task.
+    done = subprocess.run([sys.executable, "-c", NATIVE_HANG, str(tmp_path / "pid")], capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    (phase, message), after = json.loads(done.stdout)
-    assert (phase, after) == ("timeout", "after")
+    [(phase, message), after], still_running = json.loads(done.stdout)
+    assert (phase, after) == ("timeout", "after") and not still_running
     assert f"nor {GRACE_S:g} s after (a hang in native code" in message
 
 
