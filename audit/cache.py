@@ -248,6 +248,8 @@ def audit_entry(spec: str, *, plugins: bool, check_numerics: bool | str, target:
     audit = audit_loaded(loaded, config=config, check_numerics=check_numerics, target=target, float64=float64)
     audit.timings["export"] = export_seconds
     entry = to_json(AuditRun([audit], plugins, registry, config, target=target))["models"][0]
-    if key is not None and entry["status"] != "interrupted":
+    # What this machine could not finish (an unusable build folder, a timeout, a full disk) is no answer to
+    # keep: the next run on a mended machine audits it again.
+    if key is not None and entry["status"] not in ("interrupted", "unchecked", "error"):
         cache.put(key, entry)
     return entry

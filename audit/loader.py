@@ -165,18 +165,26 @@ def _without_unpickling(spec: str) -> Iterator[None]:
 def _load_exported(spec: str) -> LoadedModel:
     import os
 
+    from shimkit.audit.names import check_archive, check_program, checked_loading, unsafe_cause
+
     path = Path(spec)
     _readable_file(spec, path)
     trusted = os.environ.get(TRUST_PICKLE_ENV) == "1"
     try:
-        with contextlib.nullcontext() if trusted else _without_unpickling(spec):
+        # Names and expressions become code as torch reads the file, pickles or not: checked with --trust-pickle too.
+        check_archive(path, spec)
+        with contextlib.nullcontext() if trusted else _without_unpickling(spec), checked_loading(spec):
             exported = torch.export.load(str(path))
+        check_program(exported, spec)
     except UntrustedPickle:
         raise
     except Exception as error:
         cause = error.__cause__ or error.__context__
         if isinstance(cause, UntrustedPickle):  # torch wrapped the refusal
             raise cause from None
+        refusal = unsafe_cause(error)  # torch may have wrapped it too
+        if refusal is not None:
+            raise ModelLoadError(str(refusal)) from None
         raise ModelLoadError(f"{spec}: not a loadable ExportedProgram ({type(error).__name__}: {error})") from error
     return LoadedModel(path.name, exported=exported)
 

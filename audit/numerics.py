@@ -32,6 +32,7 @@ from torch import fx
 from torch.utils import _pytree as pytree
 
 from shimkit.passes.meta import finite_bound
+from shimkit.store import EnvironmentFailure
 
 CPU = torch.device("cpu")
 # Largest absolute error allowed relative to the output's magnitude: the graph sums and multiplies
@@ -283,7 +284,9 @@ class _ExecutedProgram:
                     self.program = MetalProgram(self.source, constants, config=self.config)
                 except (Unlinkable, WrapperDoesNotCompile, MetalCompileError) as error:
                     raise NumericsUnavailable(f"{type(error).__name__}: {error}") from error
-                except RuntimeError as error:  # the runtime or the wrapper did not compile
+                except (EnvironmentFailure, OSError) as error:
+                    raise NumericsUnavailable(_on_this_machine(error)) from error
+                except Exception as error:  # the runtime or the wrapper did not compile, or did not load
                     raise NumericsUnavailable(f"the program did not build: {error}"[-1500:]) from error
             return self.program(*operands)
         except KernelNotCompiled as error:
@@ -353,11 +356,20 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[...,
             except NumericsUnavailable as error:  # the stand-in itself could not run: no verdict
                 report.unavailable = str(error)[:2000]
                 return report
+            except (EnvironmentFailure, OSError) as error:  # numbers never raise these: the machine did
+                report.unavailable = _on_this_machine(error)[:2000]
+                return report
             except Exception as error:
                 report.checks.append(NumericsCheck(sizes, [], False, f"{type(error).__name__}: {error}"[:2000]))
                 continue
         report.checks.append(_compare(sizes, actual, expected, float64_as_float32))
     return report
+
+
+def _on_this_machine(error: BaseException) -> str:
+    """Why this machine could not build, load or run a stand-in (an unusable build folder, a full disk, a
+    missing compiler), as the report says it: no verdict on the program."""
+    return f"this machine could not build or run the program: {type(error).__name__}: {error}"
 
 
 def _compare(sizes: dict[str, int], actual: list[Any], expected: list[Any],

@@ -26,6 +26,7 @@ from shimkit._patching import ScopedPatches
 from shimkit.audit.fake_mps import fake_mps_lowering
 from shimkit.audit.numerics import NumericsReport, NumericsUnavailable
 from shimkit.audit.loader import LoadedModel
+from shimkit.audit.names import check_program
 from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder, graph_node
 from shimkit.audit.speed import cia_ops_materialized_once
 from shimkit.audit.targets import METAL, Target
@@ -217,11 +218,15 @@ def _describe_failure(error: BaseException, watch: _LoweringWatch) -> Failure:
 
 
 def export_model(loaded: LoadedModel) -> torch.export.ExportedProgram:
+    """``loaded``'s program (a ``.pt2``'s was checked as it loaded), its names checked before anything generates
+    code from it (:mod:`shimkit.audit.names`)."""
     if loaded.exported is not None:
         return loaded.exported
     model = loaded.model.eval() if isinstance(loaded.model, torch.nn.Module) else loaded.model
-    return torch.export.export(model, tuple(loaded.example_inputs), dynamic_shapes=loaded.dynamic_shapes,
-                               strict=False)
+    exported = torch.export.export(model, tuple(loaded.example_inputs), dynamic_shapes=loaded.dynamic_shapes,
+                                   strict=False)
+    check_program(exported, loaded.name)
+    return exported
 
 
 def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = True,
@@ -317,11 +322,11 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
         return
     if check_numerics:
         executing = check_numerics == numerics_check.EXECUTE
-        eager = loaded.model if loaded.model is not None else float64_eager or exported.module()
-        if not target.fake_device:
-            eager = numerics_check.on_device(eager, torch.device(target.device))
         with clock.phase("numerics"):
             try:
+                eager = loaded.model if loaded.model is not None else float64_eager or exported.module()
+                if not target.fake_device:
+                    eager = numerics_check.on_device(eager, torch.device(target.device))
                 if unavailable:
                     raise NumericsUnavailable(unavailable[0])
                 if executing:
