@@ -17,7 +17,7 @@ from shimkit.audit.runner import PHASES, AuditRun, ModelAudit
 from shimkit.audit.targets import METAL, TARGETS, Target
 
 SCHEMA_VERSION = 1  # additions since: "numerics", "declines", "precision", "cached" per model; status "wrong"; failure
-# "traceback"; summary "cached"; numerics "ran"
+# "traceback"; summary "cached"; numerics "ran", "reference"; checks "float64_errors", "eager_float64_errors"
 
 
 def upstream_provider(target: Target) -> str:
@@ -169,7 +169,9 @@ def _numerics_json(report: NumericsReport | None) -> dict[str, Any] | None:
         "ok": report.ok,
         "ran": report.ran,
         "unavailable": report.unavailable,
-        "checks": [{"sizes": c.sizes, "max_errors": c.max_errors, "ok": c.ok, "error": c.error}
+        "reference": report.reference,
+        "checks": [{"sizes": c.sizes, "max_errors": c.max_errors, "ok": c.ok, "error": c.error,
+                    "float64_errors": c.float64_errors, "eager_float64_errors": c.eager_float64_errors}
                    for c in report.checks],
     }
 
@@ -282,7 +284,12 @@ def render_model(model: dict[str, Any]) -> str:
             sizes = ", ".join(f"{k}={v}" for k, v in check["sizes"].items()) or "example sizes"
             errors = ", ".join(f"{e:.2g}" for e in check["max_errors"])
             verdict = "ok" if check["ok"] else f"WRONG: {check['error']}"
-            lines.append(f"  numerics at {sizes}: max error per output [{errors}] {verdict}")
+            float64 = ""
+            if check.get("float64_errors"):
+                distances = lambda values: ", ".join("-" if e is None else f"{e:.2g}" for e in values)  # noqa: E731
+                float64 = (f"; from float64 [{distances(check['float64_errors'])}], eager's "
+                           f"[{distances(check['eager_float64_errors'])}]")
+            lines.append(f"  numerics at {sizes}: max error per output [{errors}]{float64} {verdict}")
     if failure is None and model["partitions"] == 0:
         lines.append("  (the partitioner delegated nothing: no part of this model would run on the backend)")
     elif not model["kernels"] and failure is None:

@@ -335,9 +335,11 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
                         raise NumericsUnavailable(f"the program cannot link without {', '.join(missing)}")
                     assert session is not None  # --execute is refused for targets without a fake device
                     delegates = numerics_check.executed_programs(session.wrapper_sources, delegates, config)
+                reference = numerics_check.float64_reference(
+                    loaded.model if loaded.model is not None else float64_eager or exported.module())
                 audit.numerics = numerics_check.compare(lowered.exported_program(), delegates, eager, exported,
                                                   tuple(loaded.example_inputs or exported.example_inputs[0]),
-                                                  float64_as_float32=bool(audit.precision))
+                                                  float64_as_float32=bool(audit.precision), reference=reference)
             except Exception as error:  # the check could not run: said so, never a crash of the audit
                 audit.numerics = NumericsReport(unavailable=f"{type(error).__name__}: {error}"[:500])
             if executing:

@@ -11,7 +11,7 @@ from torch.export import Dim, export
 from registry_helpers import CLEAN_ENV
 from shimkit.audit import run_audit, to_json
 from shimkit.audit.cli import configure_parser, run
-from shimkit.audit.numerics import size_plans
+from shimkit.audit.numerics import _compare, size_plans
 from shimkit.registry import OpPlugin, hookimpl
 from shimkit.backend import new_registry
 
@@ -145,3 +145,88 @@ def test_a_stand_in_that_cannot_run_leaves_the_model_unchecked_not_wrong(monkeyp
     audit = run_audit(["seed_split_linear"], registry=new_registry(env=CLEAN_ENV), check_numerics=True).models[0]
     assert "died of signal 11" in audit.numerics.unavailable and audit.numerics.checks == []
     assert audit.status == "unchecked"
+
+
+# -- verdicts judged against float64 (Inductor's accuracy check) ------------------------------------------------
+
+def _one_check(got: torch.Tensor, eager: torch.Tensor, reference: torch.Tensor | None):
+    return _compare({}, [got], [eager], references=None if reference is None else [reference])
+
+
+def test_an_output_no_farther_from_float64_than_eager_passes_though_it_differs_from_eager():
+    # As cuDNN's GRU against the lowered matmuls on a GPU: eager itself is 3e-4 from float64.
+    reference = torch.linspace(-1, 1, 64, dtype=torch.float64)
+    eager, lowered = (reference + 3e-4).float(), (reference - 1e-5).float()
+    assert not _one_check(lowered, eager, None).ok  # 3.1e-4 from eager: wrong by the eager-only check
+    check = _one_check(lowered, eager, reference)
+    assert check.ok, check.error
+    assert check.float64_errors[0] == pytest.approx(1e-5, rel=0.1)
+    assert check.eager_float64_errors[0] == pytest.approx(3e-4, rel=0.1)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_a_wrong_result_is_caught_in_every_dtype(dtype):
+    generator = torch.Generator().manual_seed(0)
+    reference = torch.randn(256, generator=generator, dtype=torch.float64)
+    eager = reference.to(dtype)
+    assert _one_check(eager, eager, reference).ok
+    for mutant in (reference.sinh(), reference * 1.1, -reference, reference.roll(1)):
+        check = _one_check(mutant.to(dtype), eager, reference)
+        assert not check.ok and "from float64" in check.error, check
+
+
+def test_special_values_must_match_eager_where_eager_has_them():
+    reference = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    eager = torch.tensor([1.0, float("nan"), float("inf")])
+    assert _one_check(eager.clone(), eager, reference).ok
+    for lowered in (torch.tensor([1.0, 2.0, float("inf")]), torch.tensor([1.0, float("nan"), -float("inf")])):
+        assert not _one_check(lowered, eager, reference).ok
+
+
+def test_integer_and_empty_outputs_are_judged_against_eager():
+    check = _compare({}, [torch.tensor([1, 2]), torch.zeros(0)], [torch.tensor([1, 3]), torch.zeros(0)],
+                     references=[torch.tensor([1, 2]), torch.zeros(0, dtype=torch.float64)])
+    assert not check.ok and check.float64_errors == [None, None]
+
+
+BF16_MODEL = """
+import torch
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        generator = torch.Generator().manual_seed(0)
+        self.weight = torch.nn.Parameter(torch.randn(16, 32, generator=generator).to(torch.bfloat16))
+
+    def forward(self, x):
+        return torch.sinh(0.3 * (x @ self.weight.t()))
+
+def make():
+    return Model(), (torch.randn(4, 32, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16),)
+"""
+
+
+class SinhAsIdentity:
+    """A deliberately wrong decomposition: sinh(x) = x, off by x**3 / 6 and more."""
+
+    @hookimpl
+    def shimkit_op_plugins(self):
+        yield OpPlugin(name="sinh-as-identity", ops=("aten::sinh.default",), priority=100,
+                       decompositions={"aten::sinh.default": lambda x: x * 1})
+
+
+@pytest.mark.parametrize("numerics", [True, "execute"], ids=["check-numerics", "execute"])
+def test_bf16_verdicts_report_real_errors_and_still_catch_a_wrong_decomposition(tmp_path, numerics):
+    path = tmp_path / "bf16_model.py"
+    path.write_text(BF16_MODEL)
+    spec = f"{path}:make"
+    result = run_audit([spec], registry=new_registry(env=CLEAN_ENV), check_numerics=numerics)
+    audit = result.models[0]
+    assert audit.status == "clean", to_json(result)["models"][0]
+    assert audit.numerics.reference == "float64"
+    [check] = audit.numerics.checks
+    assert check.ok and check.eager_float64_errors[0] > 0 and check.float64_errors[0] > 0, check  # real bf16 errors
+    registry = new_registry(env=CLEAN_ENV)
+    registry.register(SinhAsIdentity(), name="mutant")
+    mutated = run_audit([spec], registry=registry, check_numerics=numerics).models[0]
+    assert mutated.status == "wrong" and "from float64" in mutated.numerics.checks[0].error, mutated.numerics
