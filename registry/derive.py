@@ -354,7 +354,7 @@ def _unresolved_ops(entry: Registered[OpPlugin], registry: PluginRegistry) -> tu
     """The ops of ``entry`` that no loaded library defines, and those of them that are misnamed.
 
     An absent op cannot be decomposed by a graph pass, so its decomposition is left out. An op of a
-    library that is not loaded here (torchao's mps ops off macOS) is otherwise quiet, so one cross-platform
+    library that is not loaded here (torchao's mps ops off macOS but the 4-bit linear) is otherwise quiet, so one cross-platform
     plugin works on both; so is a built-in's op this torch release does not define (the sdpa plugin names
     mps ops of several releases, whose kernel names Inductor still records). An op a third-party plugin
     names in a loaded library that does not define it (``aten::addmmm``) is misnamed: reported by plugin

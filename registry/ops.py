@@ -66,7 +66,7 @@ def resolve_op(name: str) -> torch._ops.OpOverload:
 def try_resolve_op(name: str) -> torch._ops.OpOverload | None:
     """Like :func:`resolve_op`, but ``None`` for an op no loaded library defines.
 
-    Such an op cannot occur in any graph of this process (e.g. torchao's mps ops off macOS), so tables
+    Such an op cannot occur in any graph of this process (e.g. torchao's mps ops off macOS, but the 4-bit ones the torchao-linear plugin defines), so tables
     keyed by ``OpOverload`` simply leave it out.
     """
     try:

@@ -61,8 +61,9 @@ class ScopedPatches:
 def importable_torchao_mps_cshim(patches: ScopedPatches) -> None:
     """Let ``MetalBackend.get_aoti_compile_options`` import torchao's mps c-shim table off macOS.
 
-    The module loads torchao's macOS dylib at import. Its ops are registered only by that dylib, so no
-    model here can use them, and an empty table is what the import would contribute: where the import
+    The module loads torchao's macOS dylib at import. Off macOS its ops are those the torchao-linear plugin
+    defines, whose c-shim prototypes come from the plugin's record, so an empty table is what the import
+    would contribute: where the import
     fails, an empty stand-in takes its place in ``sys.modules`` until ``patches`` are undone.
     """
     try:
