@@ -32,15 +32,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
-from shimkit.store import EnvironmentFailure, Store, current_file_digest, default_root, default_store, tree_digest
+from shimkit.store import EnvironmentFailure, current_file_digest, default_store, tree_digest, user_cache_root
 
 CACHE_FORMAT = 1
 
 
 def default_cache_dir() -> Path:
-    """The artifact store's root (:func:`shimkit.store.default_root`): ``$SHIMKIT_BUILD_DIR``, else
-    ``$XDG_CACHE_HOME/shimkit`` (``~/.cache/shimkit``); entries go to its ``audit/`` folder."""
-    return default_root()
+    """The user's artifact store (:func:`shimkit.store.user_cache_root`: ``$XDG_CACHE_HOME/shimkit``, else
+    ``~/.cache/shimkit``), whatever ``$SHIMKIT_BUILD_DIR`` says of builds; entries go to its ``audit/``
+    folder."""
+    return user_cache_root()
 
 
 # What every stored entry must hold for a report to be made of it.
@@ -52,8 +53,7 @@ class AuditCache:
     against its manifest before it is read (:mod:`shimkit.store`)."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
-        directory = Path(directory)
-        self.store = default_store() if directory == default_root() else Store(directory)
+        self.store = default_store(Path(directory))
         self._unusable_said = False
 
     @property

@@ -105,8 +105,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                              "model, status with shimkit, missing kernels, stock status")
     parser.add_argument("--cache-dir", metavar="DIR",
                         help="the artifact store where audit results are kept (in its audit/ folder) and reused "
-                             "for unchanged models, options, versions and plugins (default: the build store, "
-                             "$SHIMKIT_BUILD_DIR, else $XDG_CACHE_HOME/shimkit, else ~/.cache/shimkit)")
+                             "for unchanged models, options, versions and plugins (default: "
+                             "$XDG_CACHE_HOME/shimkit, else ~/.cache/shimkit)")
     parser.add_argument("--no-cache", action="store_true",
                         help="audit every model afresh, reading and writing no cache")
     parser.add_argument("--trust-pickle", action="store_true",

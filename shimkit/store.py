@@ -110,11 +110,15 @@ def parse_size(text: str) -> int:
 
 
 def default_root() -> Path:
-    """``$SHIMKIT_BUILD_DIR``, else ``$XDG_CACHE_HOME/shimkit`` (``~/.cache/shimkit`` when unset), where the
-    XDG base directory specification puts a user's caches."""
+    """Where builds go: ``$SHIMKIT_BUILD_DIR``, else :func:`user_cache_root`."""
     configured = os.environ.get(ROOT_ENV)
-    if configured:
-        return Path(configured)
+    return Path(configured) if configured else user_cache_root()
+
+
+def user_cache_root() -> Path:
+    """``$XDG_CACHE_HOME/shimkit`` (``~/.cache/shimkit`` when unset), where the XDG base directory
+    specification puts a user's caches: the audit's results always, builds unless ``$SHIMKIT_BUILD_DIR``
+    says otherwise."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "shimkit"
 
@@ -493,9 +497,10 @@ _default: dict[Path, Store] = {}
 _default_lock = threading.Lock()
 
 
-def default_store() -> Store:
-    """The process's store at :func:`default_root` (one per root, so verification is remembered)."""
-    root = default_root()
+def default_store(root: Path | None = None) -> Store:
+    """The process's store at ``root`` (default :func:`default_root`), one per root, so that what was verified
+    once is remembered."""
+    root = root or default_root()
     with _default_lock:
         store = _default.get(root)
         if store is None:

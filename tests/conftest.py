@@ -1,8 +1,16 @@
 """Every test audits with an empty audit cache of its own: `shimkit audit` caches results under
 $XDG_CACHE_HOME by default, and a test must neither read a result another run left nor write to the
-user's cache (subprocesses inherit the variable)."""
+user's cache (subprocesses inherit the variable). Builds stay where they were before any test moved
+$XDG_CACHE_HOME (pinned through $SHIMKIT_BUILD_DIR): the store verifies every entry before use, and
+rebuilding the runtime and every kernel per test would multiply the suite's time."""
+
+import os
 
 import pytest
+
+from shimkit.store import ROOT_ENV, default_root
+
+os.environ[ROOT_ENV] = str(default_root())
 
 
 @pytest.fixture(autouse=True)
