@@ -27,6 +27,7 @@ from shimkit.audit.fake_mps import fake_mps_lowering
 from shimkit.audit.numerics import NumericsReport, NumericsUnavailable
 from shimkit.audit.loader import LoadedModel
 from shimkit.audit.names import check_program
+from shimkit.passes.aliased_constants import merge_constants_aliasing_buffers
 from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder, graph_node
 from shimkit.audit.speed import cia_ops_materialized_once
 from shimkit.audit.targets import METAL, Target
@@ -223,9 +224,14 @@ def export_model(loaded: LoadedModel) -> torch.export.ExportedProgram:
     if loaded.exported is not None:
         return loaded.exported
     model = loaded.model.eval() if isinstance(loaded.model, torch.nn.Module) else loaded.model
-    exported = torch.export.export(model, tuple(loaded.example_inputs), dynamic_shapes=loaded.dynamic_shapes,
-                                   strict=False)
+    # As ExecuTorch's and optimum's export scripts do: a non-strict export runs in-place ops on real buffers the
+    # module reaches outside its registered state (a KV cache), which with autograd on leaves them non-leaf
+    # tensors that to_backend cannot copy.
+    with torch.no_grad():
+        exported = torch.export.export(model, tuple(loaded.example_inputs), dynamic_shapes=loaded.dynamic_shapes,
+                                       strict=False)
     check_program(exported, loaded.name)
+    merge_constants_aliasing_buffers(exported)  # a static KV cache: otherwise to_edge fails (passes/aliased_constants.py)
     return exported
 
 

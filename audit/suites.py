@@ -10,6 +10,9 @@ not installed is a clear error naming the package.
   models a short waveform or spectrogram; encoder-decoders get 4 decoder token ids. The audited output
   is the first tensor the model returns (``last_hidden_state``).
 
+* ``metal``: what ExecuTorch's Metal backend is used for, exported as upstream exports it (bfloat16, float32
+  and fpa4w int4; LLM decoders with a static KV cache, speech encoders): :mod:`shimkit.audit.metal_suite`.
+
 torchvision and timm suites are not offered: PyPI's Linux torchvision wheels are CUDA builds whose
 operators do not load against the CPU torch this project pins, and timm needs torchvision.
 """
@@ -20,7 +23,9 @@ import fnmatch
 import importlib.util
 from typing import Any
 
-SUITES = ("transformers",)
+SUITES = ("transformers", "metal")
+# The library each suite is built from.
+_LIBRARY = {"transformers": "transformers", "metal": "transformers"}
 TRANSFORMERS_FAMILIES = (
     "bert", "distilbert", "roberta", "albert", "electra", "gpt2", "gpt_neo", "llama", "mistral", "qwen2", "phi",
     "gemma", "t5", "bart", "vit", "deit", "convnext", "swin", "segformer", "whisper", "wav2vec2",
@@ -57,29 +62,42 @@ def suite_models(argument: str) -> list[str]:
     suite, _, pattern = argument.partition(":")
     if suite not in SUITES:
         raise SuiteError(f"--suite {argument!r}: unknown suite {suite!r} (suites: {', '.join(SUITES)})")
-    if importlib.util.find_spec(suite) is None:
-        raise SuiteError(f"--suite {suite} needs the {suite} package: pip install shimkit[suites]")
-    families = [f for f in TRANSFORMERS_FAMILIES if fnmatch.fnmatchcase(f, pattern or "*")]
+    if importlib.util.find_spec(_LIBRARY[suite]) is None:
+        raise SuiteError(f"--suite {suite} needs the {_LIBRARY[suite]} package: pip install shimkit[suites]")
+    offered = _families(suite)
+    families = [f for f in offered if fnmatch.fnmatchcase(f, pattern or "*")]
     if not families:
         raise SuiteError(f"--suite {argument!r}: no {suite} family matches {pattern!r} "
-                         f"(families: {', '.join(TRANSFORMERS_FAMILIES)})")
+                         f"(families: {', '.join(offered)})")
     return [f"{suite}/{family}" for family in families]
+
+
+def _families(suite: str) -> list[str]:
+    if suite == "metal":
+        from shimkit.audit.metal_suite import names
+
+        return names()
+    return list(TRANSFORMERS_FAMILIES)
 
 
 def is_suite_model(spec: str) -> bool:
     suite, slash, family = spec.partition("/")
-    return bool(slash) and suite in SUITES and family in TRANSFORMERS_FAMILIES
+    return bool(slash) and suite in SUITES and family in _families(suite)
 
 
-def build(spec: str) -> tuple[Any, tuple[Any, ...]]:
+def build(spec: str) -> tuple[Any, ...]:
     """``(model, example_inputs)`` for a suite MODEL argument such as ``transformers/bert``."""
     import torch
 
     suite, _, family = spec.partition("/")
-    if importlib.util.find_spec(suite) is None:
-        raise SuiteError(f"{spec}: needs the {suite} package: pip install shimkit[suites]")
+    if importlib.util.find_spec(_LIBRARY[suite]) is None:
+        raise SuiteError(f"{spec}: needs the {_LIBRARY[suite]} package: pip install shimkit[suites]")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
+        if suite == "metal":
+            from shimkit.audit.metal_suite import build as build_metal
+
+            return build_metal(family)
         return _transformers_model(family)
 
 

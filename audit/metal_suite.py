@@ -1,0 +1,159 @@
+"""``--suite metal``: the models ExecuTorch's Metal backend is used for, built as upstream exports them.
+
+Upstream's Metal CI (pytorch/executorch ``.github/workflows/metal.yml``, ``.ci/scripts/export_model_artifact.sh``)
+exports speech models and LLM decoders in bfloat16, ``non-quantized`` and ``quantized-int4-metal``
+(``--qlinear fpa4w``: torchao's ``UIntxWeightOnlyConfig(group_size=32, bitwidth=4)``); decoders go through
+optimum-executorch, which wraps transformers' ``TorchExportableModuleForDecoderOnlyLM`` (a static KV cache,
+the prefill with a dynamic sequence length, the decode step one token). Each model here is that export of a
+tiny random-weight config of the family (nothing downloaded), as ``metal/<model>-<variant>``:
+
+=================  =====================================================================================
+model              stands for
+=================  =====================================================================================
+llama-prefill      a Llama-style decoder (Qwen3, Llama 3), prompt of 1..31 tokens into a 32-token cache
+llama-decode       the same decoder's one-token step at position 3
+gemma3-decode      Gemma3: head_dim 256, sliding-window and global layers (transformers' hybrid cache)
+whisper-encoder    Whisper's audio encoder (whisper-small, large-v3-turbo), 16 mel bins
+parakeet-encoder   Parakeet-TDT's FastConformer encoder, 16 mel features
+=================  =====================================================================================
+
+Variants: ``bf16`` (upstream's dtype for Metal), ``f32``, and for the decoders ``int4`` (bf16 activations,
+fpa4w weights: every ``nn.Linear`` but the embedding quantized as upstream's ``--qlinear fpa4w`` does).
+Voxtral's audio encoder is Whisper's; its text decoder is a Llama-style decoder. MoE models
+(Qwen3-MoE, Qwen3.5-MoE) and Qwen3-Next's gated delta rule are not offered: transformers routes experts with
+data-dependent shapes that ``torch.export`` refuses, and upstream exports them with modules of its own
+(``metal::gather_qmv``); docs/audit.md says what stops them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+MODELS = ("llama-prefill", "llama-decode", "gemma3-decode", "whisper-encoder", "parakeet-encoder")
+DECODERS = ("llama-prefill", "llama-decode", "gemma3-decode")
+CACHE_LENGTH = 32
+INT4_GROUP_SIZE = 32  # upstream's --qlinear fpa4w
+
+
+def names() -> list[str]:
+    """Every ``<model>-<variant>`` of the suite."""
+    return [f"{model}-{variant}" for model in MODELS
+            for variant in (("bf16", "f32", "int4") if model in DECODERS else ("bf16", "f32"))]
+
+
+def build(name: str) -> tuple[Any, tuple[Any, ...]] | tuple[Any, tuple[Any, ...], Any]:
+    """``(model, example_inputs[, dynamic_shapes])`` for a name of :func:`names`."""
+    import torch
+
+    model, _, variant = name.rpartition("-")
+    dtype = torch.float32 if variant == "f32" else torch.bfloat16
+    return _BUILDERS[model](dtype, variant == "int4")
+
+
+def _small_decoder(config: Any, dtype: Any, int4: bool) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(config).to(dtype).eval()
+    model.generation_config.cache_implementation = "static"
+    if int4:
+        _quantize_fpa4w(model)
+    return model
+
+
+def _quantize_fpa4w(model: Any) -> None:
+    """Upstream's ``--qlinear fpa4w``: torchao's 4-bit weight-only config on every linear layer."""
+    import shimkit.plugins.torchao_linear  # noqa: F401  (torchao's 4-bit ops where its MPS library is absent)
+    from torchao.experimental.quant_api import UIntxWeightOnlyConfig
+    from torchao.quantization import quantize_
+
+    quantize_(model, UIntxWeightOnlyConfig(group_size=INT4_GROUP_SIZE, bitwidth=4))
+
+
+def _decoder_step(model: Any) -> Any:
+    """``model`` wrapped as optimum-executorch exports it, called with positional tensors."""
+    import torch
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    class DecoderStep(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            # Built without autograd, as upstream's export scripts run: the cache is allocated here.
+            with torch.no_grad():
+                self.exportable = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1,
+                                                                        max_cache_len=CACHE_LENGTH)
+
+        def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
+            return self.exportable(input_ids=input_ids, cache_position=cache_position)
+
+    return DecoderStep()
+
+
+def _llama(prefill: bool) -> Callable[[Any, bool], Any]:
+    def make(dtype: Any, int4: bool) -> Any:
+        import torch
+        from transformers import LlamaConfig
+
+        config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, head_dim=16, vocab_size=128, max_position_embeddings=64)
+        step = _decoder_step(_small_decoder(config, dtype, int4))
+        if not prefill:
+            return step, (torch.tensor([[5]]), torch.tensor([3]))
+        length = torch.export.Dim("prompt_length", min=1, max=CACHE_LENGTH - 1)
+        return (step, (torch.tensor([[5, 6, 7, 8]]), torch.arange(4)),
+                {"input_ids": {1: length}, "cache_position": {0: length}})
+
+    return make
+
+
+def _gemma3(dtype: Any, int4: bool) -> Any:
+    import torch
+    from transformers import Gemma3TextConfig
+
+    config = Gemma3TextConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                              num_key_value_heads=1, head_dim=256, vocab_size=128, max_position_embeddings=64,
+                              sliding_window=8, layer_types=["sliding_attention", "full_attention"])
+    return _decoder_step(_small_decoder(config, dtype, int4)), (torch.tensor([[5]]), torch.tensor([3]))
+
+
+def _whisper_encoder(dtype: Any, int4: bool) -> Any:
+    import torch
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    config = WhisperConfig(d_model=64, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=128,
+                           num_mel_bins=16, max_source_positions=32)
+    encoder = WhisperEncoder(config).to(dtype).eval()
+    features = torch.randn(1, 16, 64, generator=torch.Generator().manual_seed(0)).to(dtype)
+    return _FirstOutput(encoder), (features,)
+
+
+def _parakeet_encoder(dtype: Any, int4: bool) -> Any:
+    import torch
+    from transformers import ParakeetEncoderConfig
+    from transformers.models.parakeet import ParakeetEncoder
+
+    config = ParakeetEncoderConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                                   num_mel_bins=16, subsampling_conv_channels=16)
+    encoder = ParakeetEncoder(config).to(dtype).eval()
+    features = torch.randn(1, 64, 16, generator=torch.Generator().manual_seed(0)).to(dtype)
+    return _FirstOutput(encoder), (features,)
+
+
+def _FirstOutput(module: Any) -> Any:  # noqa: N802 (a class factory, named as the class it returns)
+    import torch
+
+    class FirstOutput(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.module = module
+
+        def forward(self, features: torch.Tensor) -> torch.Tensor:
+            return self.module(features).last_hidden_state
+
+    return FirstOutput()
+
+
+_BUILDERS: dict[str, Callable[[Any, bool], Any]] = {
+    "llama-prefill": _llama(prefill=True), "llama-decode": _llama(prefill=False), "gemma3-decode": _gemma3,
+    "whisper-encoder": _whisper_encoder, "parakeet-encoder": _parakeet_encoder,
+}
