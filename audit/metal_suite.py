@@ -116,41 +116,38 @@ def _gemma3(dtype: Any, int4: bool) -> Any:
 
 
 def _whisper_encoder(dtype: Any, int4: bool) -> Any:
-    import torch
     from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
     config = WhisperConfig(d_model=64, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=128,
                            num_mel_bins=16, max_source_positions=32)
-    encoder = WhisperEncoder(config).to(dtype).eval()
-    features = torch.randn(1, 16, 64, generator=torch.Generator().manual_seed(0)).to(dtype)
-    return _FirstOutput(encoder), (features,)
+    return _encoder(WhisperEncoder(config), dtype, (1, 16, 64))  # (batch, mel bins, frames)
 
 
 def _parakeet_encoder(dtype: Any, int4: bool) -> Any:
-    import torch
     from transformers import ParakeetEncoderConfig
     from transformers.models.parakeet import ParakeetEncoder
 
     config = ParakeetEncoderConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
                                    num_mel_bins=16, subsampling_conv_channels=16)
-    encoder = ParakeetEncoder(config).to(dtype).eval()
-    features = torch.randn(1, 64, 16, generator=torch.Generator().manual_seed(0)).to(dtype)
-    return _FirstOutput(encoder), (features,)
+    return _encoder(ParakeetEncoder(config), dtype, (1, 64, 16))  # (batch, frames, mel bins)
 
 
-def _FirstOutput(module: Any) -> Any:  # noqa: N802 (a class factory, named as the class it returns)
+def _encoder(encoder: Any, dtype: Any, features: tuple[int, ...]) -> Any:
+    """An audio encoder in ``dtype`` returning its last hidden state, and random features of that shape."""
     import torch
 
-    class FirstOutput(torch.nn.Module):
+    encoder = encoder.to(dtype).eval()
+
+    class LastHiddenState(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.module = module
+            self.encoder = encoder
 
         def forward(self, features: torch.Tensor) -> torch.Tensor:
-            return self.module(features).last_hidden_state
+            return self.encoder(features).last_hidden_state
 
-    return FirstOutput()
+    return LastHiddenState(), (torch.randn(*features, generator=torch.Generator().manual_seed(0)).to(dtype),)
 
 
 _BUILDERS: dict[str, Callable[[Any, bool], Any]] = {
