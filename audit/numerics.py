@@ -355,7 +355,10 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[...,
     given float32 inputs for eager's float64 ones, and its float32 outputs are held to float32's tolerance
     against eager's float64. ``reference`` (:func:`float64_reference`) computes the same in float64: each
     floating output is then judged as Inductor's accuracy check judges one, by its distance to float64 against
-    eager's own (see :func:`_compare`); a reference that cannot run leaves the judgement against eager."""
+    eager's own (see :func:`_compare`); a reference that cannot run leaves the judgement against eager, and so
+    does a program drawing random numbers (a float64 run draws other samples, so its distance says nothing)."""
+    if reference is not None and draws_random_numbers(exported):
+        reference = None
     report = NumericsReport(reference="float64" if reference is not None else "eager")
     top = lowered.module()
     names = sorted((n for n, m in top.named_children() if type(m).__name__ == "LoweredBackendModule"),
@@ -394,6 +397,13 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[...,
                 continue
         report.checks.append(_compare(sizes, actual, expected, float64_as_float32, references))
     return report
+
+
+def draws_random_numbers(exported: torch.export.ExportedProgram) -> bool:
+    """Whether ``exported`` calls an op ATen tags ``nondeterministic_seeded`` (rand, bernoulli, dropout...)."""
+    return any(node.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+               for module in exported.graph_module.modules() if isinstance(module, fx.GraphModule)
+               for node in module.graph.nodes)
 
 
 def _on_this_machine(error: BaseException) -> str:
