@@ -85,6 +85,17 @@ def _decoder_step(model: Any) -> Any:
         def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
             return self.exportable(input_ids=input_ids, cache_position=cache_position)
 
+        def _apply(self, fn: Any, recurse: bool = True) -> Any:
+            # transformers' cache layers hold the tensors its wrapper registers as buffers: .to() replaces the
+            # buffers alone, and the layers would go on writing the old ones (the float64 reference, a GPU).
+            super()._apply(fn, recurse)
+            for module in self.modules():
+                cache = getattr(module, "static_cache", None) or getattr(module, "cache", None)
+                for index, layer in enumerate(getattr(cache, "layers", ())):
+                    layer.keys = getattr(module, f"key_cache_{index}")
+                    layer.values = getattr(module, f"value_cache_{index}")
+            return self
+
     return DecoderStep()
 
 

@@ -336,11 +336,13 @@ def float64_reference(model: Callable[..., Any]) -> Callable[..., Any] | None:
 
     if not isinstance(model, torch.nn.Module):
         return None
-    in_float64 = copy.deepcopy(model).to(torch.float64)
+    # On the CPU whatever device the model was exported on (a CUDA audit moves it to the GPU).
+    in_float64 = copy.deepcopy(model).to(device="cpu", dtype=torch.float64)
 
     def run(*inputs: Any) -> Any:
         return in_float64(*pytree.tree_map(
-            lambda v: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v, inputs))
+            lambda v: (v.cpu().double() if v.is_floating_point() else v.cpu()) if isinstance(v, torch.Tensor) else v,
+            inputs))
 
     return run
 
@@ -400,10 +402,21 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[...,
 
 
 def draws_random_numbers(exported: torch.export.ExportedProgram) -> bool:
-    """Whether ``exported`` calls an op ATen tags ``nondeterministic_seeded`` (rand, bernoulli, dropout...)."""
-    return any(node.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+    """Whether ``exported`` calls an op ATen tags ``nondeterministic_seeded`` (rand, bernoulli, dropout...) in a
+    way that draws: attention with ``dropout_p`` 0 and dropout outside training draw nothing."""
+    return any(node.op == "call_function" and _draws(node)
                for module in exported.graph_module.modules() if isinstance(module, fx.GraphModule)
                for node in module.graph.nodes)
+
+
+def _draws(node: fx.Node) -> bool:
+    if torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
+        return False
+    schema = node.target._schema
+    values = {argument.name: node.args[index] if index < len(node.args) else
+              node.kwargs.get(argument.name, argument.default_value)
+              for index, argument in enumerate(schema.arguments)}
+    return not (values.get("train") is False or values.get("training") is False or values.get("dropout_p") == 0)
 
 
 def _on_this_machine(error: BaseException) -> str:

@@ -143,6 +143,10 @@ class Store:
         self._verified: dict[Path, tuple] = {}
         self._lock = threading.Lock()
 
+    def __reduce__(self) -> tuple:
+        # A spawned worker (CUDA audits) gets the store by its root: its lock and memos are this process's.
+        return (type(self), (self.root,))
+
     # -- the root ------------------------------------------------------------------------------------------
 
     def checked_root(self) -> Path:

@@ -230,3 +230,19 @@ def test_bf16_verdicts_report_real_errors_and_still_catch_a_wrong_decomposition(
     registry.register(SinhAsIdentity(), name="mutant")
     mutated = run_audit([spec], registry=registry, check_numerics=numerics).models[0]
     assert mutated.status == "wrong" and "from float64" in mutated.numerics.checks[0].error, mutated.numerics
+
+
+def test_only_ops_that_draw_random_numbers_take_the_float64_reference_away():
+    import torch.nn.functional as F
+
+    from shimkit.audit.numerics import draws_random_numbers
+
+    def exported(forward):
+        module = type("M", (torch.nn.Module,), {"forward": lambda self, x: forward(x)})()
+        return torch.export.export(module, (torch.randn(1, 2, 4, 8),))
+
+    assert not draws_random_numbers(exported(lambda x: F.scaled_dot_product_attention(x, x, x)))
+    assert not draws_random_numbers(exported(lambda x: F.dropout(x, 0.5, training=False)))
+    assert draws_random_numbers(exported(lambda x: F.scaled_dot_product_attention(x, x, x, dropout_p=0.1)))
+    assert draws_random_numbers(exported(lambda x: x + torch.rand_like(x)))
+    assert draws_random_numbers(exported(lambda x: torch.bernoulli(x.sigmoid())))

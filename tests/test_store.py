@@ -340,3 +340,19 @@ def test_libclangs_precompiled_header_is_built_once_for_every_process(tmp_path):
         assert done.returncode == 0, done.stderr
     assert len(list(tmp_path.glob("metal-split/*/split.json"))) == 2
     assert len(list(tmp_path.glob("libclang-pch/*/metal_stdlib.pch"))) == 1
+
+
+def test_a_store_and_an_audit_cache_reach_a_spawned_worker_by_their_root(tmp_path):
+    """CUDA audits run each model in a spawned worker, which receives the audit cache pickled: the copy is a
+    store at the same root (the caller's lock stays the caller's), and what it writes the caller reads."""
+    import pickle
+
+    from shimkit.audit.cache import AuditCache
+    from shimkit.audit.parallel import failure_entry
+    from shimkit.audit.workers import Failure
+
+    cache = AuditCache(tmp_path / "store")
+    copy = pickle.loads(pickle.dumps(cache))
+    assert copy.directory == cache.directory and copy.store is not cache.store
+    copy.put("key", failure_entry("m", Failure("export", "RuntimeError: no", 1.0)))
+    assert cache.get("key")["failure"]["message"] == "RuntimeError: no"

@@ -20,7 +20,8 @@ SITE=${SHIMKIT_CUDA_SITE:-/tmp/shimkit-cuda-site}
 PYTHON=${PYTHON:-python3}
 # What ExecuTorch's lowering imports beyond a CUDA PyTorch image, at the versions CI tests (expecttest: an
 # ExecuTorch dependency that torch's OpInfo test helpers import).
-PINNED=(executorch==1.5.1 torchao==0.18.0 ruamel.yaml==0.19.1 ruamel.yaml.clib==0.2.15 expecttest==0.3.0)
+PINNED=(executorch==1.5.1 torchao==0.18.0 ruamel.yaml==0.19.1 ruamel.yaml.clib==0.2.15 expecttest==0.3.0
+        transformers==4.57.6 huggingface_hub==0.36.2 tokenizers==0.22.2 hf-xet==1.8.0)
 
 fetch() {
   mkdir -p "$WHEELS"

@@ -3,7 +3,8 @@
 Stock ExecuTorch 1.5.1 on an H100 lowers the first two and fails float32 SDPA. ``sdpa_bfloat16`` (16 keys)
 stock hands to ExecuTorch's Triton kernel, which computes it wrong (docs/cuda.md); shimkit keeps it ATen
 SDPA. ``sdpa_bfloat16_blocks`` (128 keys) checks that shimkit still hands the shapes the kernel computes
-right to it.
+right to it. ``gru_sequence``: cuDNN's eager GRU and the lowered matmuls differ by ~2e-4, as far from float64
+as each other (a verdict against eager alone called it wrong).
 """
 
 import torch
@@ -54,3 +55,8 @@ def sdpa_bfloat16():
 def sdpa_bfloat16_blocks():
     """128 keys, a whole block of triton.sdpa's: the one unmasked shape its kernel computes right."""
     return _Attention(), _qkv(torch.bfloat16, length=128)
+
+
+def gru_sequence():
+    torch.manual_seed(0)
+    return torch.nn.GRU(64, 128, num_layers=2, batch_first=True), (torch.randn(4, 32, 64),)
