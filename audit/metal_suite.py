@@ -15,21 +15,32 @@ llama-decode       the same decoder's one-token step at position 3
 gemma3-decode      Gemma3: head_dim 256, sliding-window and global layers (transformers' hybrid cache)
 whisper-encoder    Whisper's audio encoder (whisper-small, large-v3-turbo), 16 mel bins
 parakeet-encoder   Parakeet-TDT's FastConformer encoder, 16 mel features
+qwen35-moe-decode  ExecuTorch's own Qwen 3.5 MoE (examples/models/qwen3_5_moe, its --tiny-test config at two
+                   layers): gated delta-rule linear attention (Qwen3-Next's), full attention, top-2 of 8 experts
+                   through metal::gather_qmv; the decode step
+qwen35-moe-prefill the same model's prefill over 2..31 tokens
 =================  =====================================================================================
 
 Variants: ``bf16`` (upstream's dtype for Metal), ``f32``, and for the decoders ``int4`` (bf16 activations,
 fpa4w weights: every ``nn.Linear`` but the embedding quantized as upstream's ``--qlinear fpa4w`` does).
-Voxtral's audio encoder is Whisper's; its text decoder is a Llama-style decoder. MoE models
-(Qwen3-MoE, Qwen3.5-MoE) and Qwen3-Next's gated delta rule are not offered: transformers routes experts with
-data-dependent shapes that ``torch.export`` refuses, and upstream exports them with modules of its own
-(``metal::gather_qmv``); docs/audit.md says what stops them.
+Voxtral's audio encoder is Whisper's; its text decoder is a Llama-style decoder. The MoE is upstream's own
+module prepared by upstream's own ``_prepare_and_quantize_metal`` (its int4 experts are the only form upstream
+exports for Metal): ``int4`` with bf16 activations as upstream exports it, ``f32`` with float32 activations over
+the same int4 weights. transformers' Qwen3-MoE and Qwen3-Next route experts with data-dependent shapes that
+``torch.export`` refuses; upstream exports its own module instead, which is the one offered here.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+import importlib
+from typing import Any, Callable, Iterator
 
-MODELS = ("llama-prefill", "llama-decode", "gemma3-decode", "whisper-encoder", "parakeet-encoder")
+MODELS = ("llama-prefill", "llama-decode", "gemma3-decode", "whisper-encoder", "parakeet-encoder",
+          "qwen35-moe-decode", "qwen35-moe-prefill")
+# Upstream's Metal MoE is int4 only (its experts run through metal::gather_qmv): bf16 activations ("int4", as
+# upstream exports it) and float32 activations ("f32") over the same int4 weights.
+MOE = ("qwen35-moe-decode", "qwen35-moe-prefill")
 DECODERS = ("llama-prefill", "llama-decode", "gemma3-decode")
 CACHE_LENGTH = 32
 INT4_GROUP_SIZE = 32  # upstream's --qlinear fpa4w
@@ -38,7 +49,8 @@ INT4_GROUP_SIZE = 32  # upstream's --qlinear fpa4w
 def names() -> list[str]:
     """Every ``<model>-<variant>`` of the suite."""
     return [f"{model}-{variant}" for model in MODELS
-            for variant in (("bf16", "f32", "int4") if model in DECODERS else ("bf16", "f32"))]
+            for variant in (("int4", "f32") if model in MOE else ("bf16", "f32", "int4") if model in DECODERS
+                            else ("bf16", "f32"))]
 
 
 def build(name: str) -> tuple[Any, tuple[Any, ...]] | tuple[Any, tuple[Any, ...], Any]:
@@ -161,7 +173,67 @@ def _encoder(encoder: Any, dtype: Any, features: tuple[int, ...]) -> Any:
     return LastHiddenState(), (torch.randn(*features, generator=torch.Generator().manual_seed(0)).to(dtype),)
 
 
+def _qwen35_moe(prefill: bool) -> Callable[[Any, bool], Any]:
+    """ExecuTorch's own Qwen 3.5 MoE (``examples/models/qwen3_5_moe``: gated delta-rule linear attention, full
+    attention, top-2 of 8 experts and a shared expert), its ``--tiny-test`` config at two layers and a 32-token
+    cache, prepared by upstream's ``_prepare_and_quantize_metal`` as ``export.py --backend metal --qlinear fpa4w``
+    prepares it (experts to MLX affine INT4 for ``metal::gather_qmv``, linears fpa4w, the delta rule to
+    ``metal::gated_delta_rule``); the decode step, or the prefill over 2..31 tokens as upstream exports them."""
+
+    def make(dtype: Any, int4: bool) -> Any:
+        import argparse
+
+        import torch
+        from executorch.examples.models.qwen3_5_moe.export import _prepare_and_quantize_metal
+        from executorch.examples.models.qwen3_5_moe.model import Qwen35MoE, Qwen35MoEConfig
+
+        config = Qwen35MoEConfig(vocab_size=256, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                 num_kv_heads=2, head_dim=64, partial_rotary_factor=0.25, linear_num_key_heads=2,
+                                 linear_num_value_heads=4, linear_key_head_dim=64, linear_value_head_dim=64,
+                                 linear_conv_kernel_dim=4, num_experts=8, num_experts_per_tok=2,
+                                 moe_intermediate_size=128, shared_expert_intermediate_size=128,
+                                 full_attention_interval=2, rope_theta=10_000.0, max_seq_len=CACHE_LENGTH)
+        generator = torch.Generator().manual_seed(42)
+        model = Qwen35MoE(config).to(dtype).eval()
+        for parameter in model.parameters():  # as upstream's --tiny-test initialises it
+            parameter.requires_grad_(False)
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
+        with _torchao_mps_stand_in():
+            _prepare_and_quantize_metal(model, config, argparse.Namespace(qlinear="fpa4w", qlinear_group_size=32))
+        if not prefill:
+            return model, (torch.tensor([[0]]), torch.tensor([0]))
+        longest = CACHE_LENGTH - 1
+        length = torch.export.Dim("seq_len", min=2, max=longest)
+        return (model, (torch.zeros((1, longest), dtype=torch.long), torch.arange(longest)),
+                {"tokens": {1: length}, "input_pos": {0: length}})
+
+    return make
+
+
+@contextlib.contextmanager
+def _torchao_mps_stand_in() -> Iterator[None]:
+    """Upstream's quantizer imports ``torchao.experimental.ops.mps``, which raises off macOS: an empty module
+    stands in for it while the model is prepared (the ops it registers come from the ``torchao-linear`` plugin)."""
+    import sys
+    import types
+
+    import shimkit.plugins.torchao_linear  # noqa: F401
+    name = "torchao.experimental.ops.mps"
+    try:
+        importlib.import_module(name)
+        yield
+        return
+    except (ImportError, RuntimeError):
+        pass
+    sys.modules[name] = types.ModuleType(name)
+    try:
+        yield
+    finally:
+        sys.modules.pop(name, None)
+
+
 _BUILDERS: dict[str, Callable[[Any, bool], Any]] = {
     "llama-prefill": _llama(prefill=True), "llama-decode": _llama(prefill=False), "gemma3-decode": _gemma3,
     "whisper-encoder": _whisper_encoder, "parakeet-encoder": _parakeet_encoder,
+    "qwen35-moe-decode": _qwen35_moe(prefill=False), "qwen35-moe-prefill": _qwen35_moe(prefill=True),
 }

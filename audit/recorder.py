@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import traceback
 import sys
 from types import FrameType
 from dataclasses import dataclass, field
@@ -64,6 +65,17 @@ def user_frame(stack_trace: str | None) -> SourceLine | None:
     libraries = _library_dirs()
     outside = [f for f in frames if not f.file.startswith(libraries)]
     return (outside or frames)[-1]
+
+
+def raised_at(error: BaseException) -> SourceLine | None:
+    """The innermost frame of ``error``'s traceback outside torch and the audit itself: the model's (or a
+    library's model code's) line that raised, where a message alone does not say whose code failed."""
+    skipped = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(skipped)]
+    if not frames:
+        return None
+    frame = frames[-1]
+    return SourceLine(frame.filename, frame.lineno or 0, frame.name, (frame.line or "").strip())
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from shimkit.audit.numerics import NumericsReport, NumericsUnavailable
 from shimkit.audit.loader import LoadedModel
 from shimkit.audit.names import check_program
 from shimkit.passes.aliased_constants import merge_constants_aliasing_buffers
-from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder, graph_node
+from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder, graph_node, raised_at
 from shimkit.audit.speed import cia_ops_materialized_once
 from shimkit.audit.targets import METAL, Target
 from shimkit.passes.decompose import Decline, recording_declines
@@ -347,7 +347,9 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
                                                   tuple(loaded.example_inputs or exported.example_inputs[0]),
                                                   float64_as_float32=bool(audit.precision), reference=reference)
             except Exception as error:  # the check could not run: said so, never a crash of the audit
-                audit.numerics = NumericsReport(unavailable=f"{type(error).__name__}: {error}"[:500])
+                where = raised_at(error)
+                audit.numerics = NumericsReport(unavailable=f"{type(error).__name__}: {error}"[:500] + (
+                    f" (raised at {where.describe()})" if where else ""))
             if executing:
                 audit.numerics.ran = "program"
 

@@ -4,7 +4,7 @@ Importing their upstream modules registers the ops with torch and gives the C pr
 prototypes here always match the runtime ExecuTorch ships.
 """
 
-from shimkit.registry import OpPlugin, Shim, canonical_op_name, hookimpl
+from shimkit.registry import OpPlugin, PassSpec, Shim, canonical_op_name, hookimpl
 
 
 def _plugin(name: str, c_shim_table: dict, doc: str) -> OpPlugin:
@@ -31,3 +31,23 @@ def shimkit_op_plugins():
                   "Expert-indexed INT4 quantized matmul for MoE (metal::gather_qmv).")
     yield _plugin("gated-delta-rule", metal_gated_delta_rule_c_shim,
                   "Gated delta-rule recurrence for linear attention (metal::gated_delta_rule).")
+
+
+@hookimpl
+def shimkit_passes():
+    def gather_qmv_operands(capabilities):
+        import torch
+
+        from shimkit.passes.operand_dtypes import CastOperandsTo
+
+        return CastOperandsTo("gather_qmv_operand_dtypes", [torch.ops.metal.gather_qmv.default],
+                              [(2, "scales"), (3, "biases")], (0, "x"))
+
+    yield PassSpec(
+        name="gather_qmv_operand_dtypes",
+        factory=gather_qmv_operands,
+        devices=("mps",),
+        stage="post_grad",
+        doc="metal::gather_qmv's scales and biases cast to the activations' dtype, the type its Metal kernel "
+            "reads them as (upstream's Qwen3.5-MoE quantizes bf16 experts into float32 scales).",
+    )

@@ -21,6 +21,7 @@ from torch import fx
 
 from shimkit.passes.base import PassContext
 from shimkit.passes.decompose import DECLINED_META, DecomposeInPlace
+from shimkit.passes.operand_dtypes import cast_operands_to
 from shimkit.registry import DecompositionDeclined, OpPlugin, PassSpec, Shim, hookimpl
 
 VERSIONS = ("_scaled_dot_product_attention_math_for_mps",
@@ -50,7 +51,7 @@ def math_attention(query, key, value, attn_mask=None, is_causal=False, scale=Non
     if attn_mask is not None and attn_mask.dtype == torch.bool:
         keep = attn_mask if keep is None else keep & attn_mask
     elif attn_mask is not None:
-        scores = scores + attn_mask
+        scores = (scores + attn_mask).to(scores.dtype)  # ATen adds the mask in place: scores keep their dtype
     if keep is not None:
         scores = scores.masked_fill(~keep, float("-inf"))
     weights = torch.softmax(scores, -1)
@@ -87,7 +88,10 @@ class UnfuseSdpa(DecomposeInPlace):
 
             self.table = {**{op: fn for op, fn in select_decomp_table().items()
                              if isinstance(op, torch._ops.OpOverload)}, **self.table}
-        return sum(self.decompose(graph, node) for node in targets) > 0
+        decomposed = sum(self.decompose(graph, node) for node in targets) > 0
+        kept = [n for n in graph.nodes if n.op == "call_function" and n.target in self.sdpa_ops]
+        # The kernel reads the mask as the query's type (op_sdpa.mm): a float32 mask of bf16 attention, cast.
+        return decomposed | (sum(cast_operands_to(graph, node, [(3, "attn_mask")], (0, "query")) for node in kept) > 0)
 
 
 @hookimpl

@@ -19,21 +19,38 @@ def test_the_suite_offers_each_model_in_upstreams_dtypes():
     assert "metal/llama-decode-bf16" in models and "metal/llama-decode-int4" in models
     assert "metal/whisper-encoder-f32" in models and "metal/whisper-encoder-int4" not in models
     assert suite_models("metal:*-int4") == ["metal/llama-prefill-int4", "metal/llama-decode-int4",
-                                             "metal/gemma3-decode-int4"]
+                                             "metal/gemma3-decode-int4", "metal/qwen35-moe-decode-int4",
+                                             "metal/qwen35-moe-prefill-int4"]
+    assert "metal/qwen35-moe-decode-f32" in models and "metal/qwen35-moe-decode-bf16" not in models
     with pytest.raises(SuiteError, match="no metal family matches"):
         suite_models("metal:mixtral*")
 
 
 @pytest.mark.parametrize("name", ["llama-prefill-bf16", "gemma3-decode-bf16", "whisper-encoder-f32",
-                                  "parakeet-encoder-bf16", "llama-decode-int4"])
+                                  "parakeet-encoder-bf16", "llama-decode-int4", "qwen35-moe-decode-f32"])
 def test_each_model_builds_and_runs_as_its_export_will(name):
     loaded = load_model(f"metal/{name}")
     with torch.no_grad():
         output = loaded.model(*loaded.example_inputs)
     assert output.isfinite().all()
-    if name.endswith("int4"):
+    if name.endswith("int4") or "moe" in name:
         exported = torch.export.export(loaded.model, loaded.example_inputs, strict=False)
         assert any("_linear_fp_act_4bit_weight" in str(node.target) for node in exported.graph.nodes)
+    if "moe" in name:  # upstream's Metal forms of its experts and of the delta rule
+        targets = {str(node.target) for node in exported.graph.nodes}
+        assert {"metal.gather_qmv.default", "metal.gated_delta_rule.default"} <= targets, targets
+
+
+def test_upstreams_bf16_moe_lowers_and_says_why_eager_cannot_run_it():
+    # Upstream's quantize_experts_metal keeps float32 scales for bf16 experts: its Python reference of
+    # gather_qmv cannot run them eagerly (its Metal kernel reads them as bf16; the program casts them first,
+    # tests/test_passes_operand_dtypes.py). The audit names upstream's line.
+    result = run_audit(["metal/qwen35-moe-decode-int4"], registry=new_registry(env=CLEAN_ENV), check_numerics=True)
+    model = to_json(result)["models"][0]
+    assert model["status"] == "unchecked", model
+    assert "gather_qmv.py" in model["numerics"]["unavailable"], model["numerics"]
+    kernels = {k["name"]: k["status"] for k in model["kernels"]}
+    assert kernels["metal::gather_qmv"] == kernels["metal::gated_delta_rule"] == "supported", kernels
 
 
 def test_the_static_cache_decode_step_lowers_and_computes_right():

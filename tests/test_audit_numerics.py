@@ -246,3 +246,29 @@ def test_only_ops_that_draw_random_numbers_take_the_float64_reference_away():
     assert draws_random_numbers(exported(lambda x: F.scaled_dot_product_attention(x, x, x, dropout_p=0.1)))
     assert draws_random_numbers(exported(lambda x: x + torch.rand_like(x)))
     assert draws_random_numbers(exported(lambda x: torch.bernoulli(x.sigmoid())))
+
+
+EAGER_FAILS = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        if not torch.compiler.is_exporting():
+            raise ValueError("this model runs only when exported")
+        return x * 2
+
+
+def make():
+    return Model(), (torch.randn(4),)
+"""
+
+
+def test_an_eager_model_that_raises_leaves_the_numerics_unchecked_naming_the_line(tmp_path):
+    path = tmp_path / "eager_fails.py"
+    path.write_text(EAGER_FAILS)
+    audit = run_audit([f"{path}:make"], registry=new_registry(env=CLEAN_ENV), check_numerics=True).models[0]
+    assert audit.status == "unchecked"
+    unavailable = audit.numerics.unavailable
+    assert "runs only when exported" in unavailable
+    assert f"raised at {path}:8 in forward: raise ValueError" in unavailable, unavailable
