@@ -7,6 +7,7 @@ Objective-C++ (Metal) sources are compiled only on macOS. Plugin kernels are not
 a ``Kernel`` record in its plugin's folder, built where it is used.
 """
 
+import runpy
 import sys
 from pathlib import Path
 
@@ -15,17 +16,10 @@ from setuptools import find_packages, setup
 
 ROOT = Path(__file__).parent.resolve()
 
-# Folder on disk -> import name.
-NAMESPACE_MAP = {
-    "shimkit": "shimkit",
-    "registry": "shimkit.registry",
-    "passes": "shimkit.passes",
-    "plugins": "shimkit.plugins",
-    "audit": "shimkit.audit",
-    "csrc": "shimkit.csrc",
-    "testing": "shimkit.testing",
-    "metal": "shimkit.metal",
-}
+# Folder on disk -> import name (the rooms are listed once, in shimkit/_rooms.py; read, not imported: shimkit is
+# not installed yet).
+ROOMS = runpy.run_path(str(ROOT / "shimkit" / "_rooms.py"))["ROOMS"]
+NAMESPACE_MAP = {"shimkit": "shimkit", **{room: f"shimkit.{room}" for room in ROOMS}}
 
 
 def _packages():

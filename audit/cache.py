@@ -198,10 +198,10 @@ def _environment() -> str:
             return "absent"
 
     import shimkit
+    from shimkit._rooms import ROOMS
 
     sources = hashlib.sha256()
-    for name in ("shimkit", "shimkit.audit", "shimkit.passes", "shimkit.registry", "shimkit.plugins",
-                 "shimkit.metal", "shimkit.csrc", "shimkit.testing"):
+    for name in ("shimkit", *(f"shimkit.{room}" for room in ROOMS)):
         spec = importlib.util.find_spec(name)
         for folder in (spec.submodule_search_locations or []) if spec else []:
             sources.update(tree_digest(folder, ("*.py",)).encode())

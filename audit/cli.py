@@ -349,11 +349,11 @@ def _interrupted_report(args: argparse.Namespace, when: str) -> dict[str, Any]:
     from shimkit.audit.parallel import failure_entry
     from shimkit.audit.report import document_of
     from shimkit.audit.targets import TARGETS
-    from shimkit.audit.workers import Failure
+    from shimkit.audit.workers import TaskFailure
     from shimkit.audit.zoo import ZOO
 
     specs = args.models or list(ZOO)
-    models = [failure_entry(specs[0], Failure("interrupted", f"KeyboardInterrupt: interrupted {when}", 0.0))
+    models = [failure_entry(specs[0], TaskFailure("interrupted", f"KeyboardInterrupt: interrupted {when}", 0.0))
               ] if specs else []
     return document_of(models, plugins=not args.no_plugins, interrupted=True,
                        target=TARGETS[getattr(args, "backend", "metal")])

@@ -34,7 +34,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
-from shimkit.audit.workers import Failure, run_tasks
+from shimkit.audit.workers import TaskFailure, run_tasks
 
 STATUSES = ("clean", "missing", "pre-backend", "limitation", "error", "not-exportable", "no-sample", "timeout")
 # The phases in which a failure means the model never reached the backend.
@@ -190,7 +190,7 @@ def _preload() -> None:
     backend_config("mps")
 
 
-def _failed(task: tuple[str, str], failure: Failure) -> dict[str, Any] | None:
+def _failed(task: tuple[str, str], failure: TaskFailure) -> dict[str, Any] | None:
     name, dtype = task
     if failure.phase == "interrupted":
         return None

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 from shimkit.audit.cache import AuditCache, audit_entry
 from shimkit.audit.report import SCHEMA_VERSION, document_of, target_of
 from shimkit.audit.targets import METAL, TARGETS, Target
-from shimkit.audit.workers import Failure, run_tasks
+from shimkit.audit.workers import TaskFailure, run_tasks
 
 
 class MergeError(ValueError):
@@ -69,7 +69,7 @@ def audit_in_process(specs: Sequence[str], *, plugins: bool, check_numerics: boo
                 on_progress(index, len(specs), spec, models[-1])
     except KeyboardInterrupt:
         if len(models) == index < len(specs):
-            models.append(failure_entry(specs[index], Failure("interrupted", "KeyboardInterrupt: interrupted", 0.0)))
+            models.append(failure_entry(specs[index], TaskFailure("interrupted", "KeyboardInterrupt: interrupted", 0.0)))
         return models, True
     return models, False
 
@@ -80,7 +80,7 @@ def _single_threaded_torch() -> None:
     torch.set_num_threads(1)
 
 
-def failure_entry(spec: str, failure: Failure) -> dict[str, Any]:
+def failure_entry(spec: str, failure: TaskFailure) -> dict[str, Any]:
     """The report entry of a model whose worker gave no result of its own."""
     from shimkit.audit.runner import PHASES
 

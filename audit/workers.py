@@ -54,7 +54,7 @@ class TaskTimeout(BaseException):
 
 
 @dataclass(frozen=True)
-class Failure:
+class TaskFailure:
     """Why a task has no result of its own: ``phase`` is ``"timeout"``, ``"worker"`` or ``"interrupted"``;
     ``seconds`` is how long it ran, as far as the caller saw."""
 
@@ -64,7 +64,7 @@ class Failure:
 
 
 def run_tasks(function: Callable[[Task], Result], tasks: Sequence[Task], *, jobs: int,
-              on_failure: Callable[[Task, Failure], Result], timeout: float | None = None,
+              on_failure: Callable[[Task, TaskFailure], Result], timeout: float | None = None,
               start_method: str = "fork", tasks_per_worker: int | None = None,
               initializer: Callable[[], None] | None = None,
               on_progress: Callable[[int, int, Task, Result | None], None] | None = None,
@@ -124,7 +124,7 @@ def run_tasks(function: Callable[[Task], Result], tasks: Sequence[Task], *, jobs
         # the task waited for, if any, is reported as interrupted.
         done = [results[i] for i in range(reported)]
         if waited_for == reported < total:
-            done.append(on_failure(tasks[reported], Failure("interrupted", "KeyboardInterrupt: interrupted",
+            done.append(on_failure(tasks[reported], TaskFailure("interrupted", "KeyboardInterrupt: interrupted",
                                                             _running_for(workers, reported))))
         return done, True
     finally:
@@ -187,7 +187,7 @@ class _Worker:
             pass  # the worker died since its last task: collect() reports the death as this task's
 
     def collect(self, timeout: float | None) -> tuple[int, tuple[str, Any] | None]:
-        """``(index, outcome)`` for the task this worker held: ``("ok", result)`` or ``("failed", Failure)``;
+        """``(index, outcome)`` for the task this worker held: ``("ok", result)`` or ``("failed", TaskFailure)``;
         ``None`` when it has nothing yet."""
         index = self.index
         try:
@@ -199,7 +199,7 @@ class _Worker:
                 self.index, self.running, self.tasks_done = -1, False, self.tasks_done + 1
                 if kind == "ok":
                     return index, ("ok", payload)
-                return index, ("failed", Failure(kind, payload, seconds))
+                return index, ("failed", TaskFailure(kind, payload, seconds))
         except (EOFError, OSError):
             pass  # the worker died mid-message: reported below like any death
         if self.process.is_alive() and not self.overdue(timeout):
@@ -207,11 +207,11 @@ class _Worker:
         seconds = time.monotonic() - self.started
         self.alive, self.index, self.running = False, -1, False
         if self.process.is_alive():
-            return index, ("failed", Failure("timeout", f"did not finish within {timeout:g} s (--timeout), nor "
+            return index, ("failed", TaskFailure("timeout", f"did not finish within {timeout:g} s (--timeout), nor "
                                              f"{GRACE_S:g} s after (a hang in native code, which the alarm "
                                              f"cannot stop); its worker was killed", seconds))
         self.process.join()
-        return index, ("failed", Failure("worker", f"its worker process died ({_exit_of(self.process.exitcode)}) "
+        return index, ("failed", TaskFailure("worker", f"its worker process died ({_exit_of(self.process.exitcode)}) "
                                          f"before giving a result", seconds))
 
     def stop(self) -> None:

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import torch
 
@@ -20,10 +20,25 @@ from shimkit._ordering import OrderingCycle, prerequisites_of, stable_order
 from shimkit.csrc import get_include
 from shimkit.csrc.build import MSL_ADAPTER, sdk_sources
 from shimkit.registry.errors import PluginConflictError, declining_as_not_implemented
-if TYPE_CHECKING:  # the registry calls derive_backend_config with itself
-    from shimkit.registry.manager import PluginRegistry, PluginSource, Registered
+from shimkit.registry.entries import PluginSource, Registered
 from shimkit.registry.ops import canonical_op_name, try_resolve_op
 from shimkit.registry.records import DEVICES, Kernel, OpPlugin, PassSpec, Shim
+
+
+class PluginSet(Protocol):
+    """What the derivation reads of a registry and reports to it (``PluginRegistry`` is one)."""
+
+    strict: bool
+
+    def op_plugins(self, include_blocked: bool = False) -> list[Registered[OpPlugin]]: ...
+
+    def pass_specs(self, include_blocked: bool = False) -> list[Registered[PassSpec]]: ...
+
+    def load_index(self, source: PluginSource) -> int: ...
+
+    def report_conflict(self, loser: PluginSource, message: str) -> None: ...
+
+    def report_problem(self, source: PluginSource, stage: str, message: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -293,7 +308,7 @@ def _runtime_sources(kernels: Iterable[Kernel | None]) -> tuple[str, ...]:
 
 
 def _pick(candidates: list[Provision], what: str, priorities: Mapping[str, int],
-          registry: PluginRegistry) -> tuple[Provision, list[Provision]]:
+          registry: PluginSet) -> tuple[Provision, list[Provision]]:
     """Highest priority wins. At a tie, third-party entry points loaded after the first claimant are
     reported and left out (a broken or clashing package must not take shimkit down); any other tie
     (built-ins, plugins registered from code) is a conflict naming all of them."""
@@ -350,7 +365,7 @@ def _loaded_namespaces() -> frozenset[str]:
     return frozenset(name.split("::", 1)[0] for name in torch._C._dispatch_get_all_op_names())
 
 
-def _unresolved_ops(entry: Registered[OpPlugin], registry: PluginRegistry) -> tuple[frozenset[str], frozenset[str]]:
+def _unresolved_ops(entry: Registered[OpPlugin], registry: PluginSet) -> tuple[frozenset[str], frozenset[str]]:
     """The ops of ``entry`` that no loaded library defines, and those of them that are misnamed.
 
     An absent op cannot be decomposed by a graph pass, so its decomposition is left out. An op of a
@@ -371,7 +386,7 @@ def _unresolved_ops(entry: Registered[OpPlugin], registry: PluginRegistry) -> tu
     return absent, misnamed
 
 
-def derive_backend_config(registry: PluginRegistry, device: str) -> BackendConfig:
+def derive_backend_config(registry: PluginSet, device: str) -> BackendConfig:
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r}; expected one of {DEVICES}")
     plugins = registry.op_plugins()

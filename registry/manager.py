@@ -33,16 +33,16 @@ import time
 import traceback
 import types
 import warnings
-from dataclasses import dataclass
 from importlib import metadata
 from types import ModuleType
-from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence
 
 import pluggy
 
 import shimkit.registry.hookspecs as hookspecs
 from shimkit._interrupts import is_ctrl_c, telling_ctrl_c_apart
 from shimkit.registry.errors import InvalidPluginRecord, PluginLoadError, ShimkitPluginError
+from shimkit.registry.entries import PluginProblem, PluginSource, Registered
 from shimkit.registry.records import OpPlugin, PassSpec
 
 ENTRY_POINT_GROUP = "shimkit"
@@ -56,61 +56,8 @@ def _env_list(env: Mapping[str, str], key: str) -> frozenset[str] | None:
     return frozenset(item.strip() for item in raw.split(",") if item.strip())
 
 
-@dataclass(frozen=True)
-class PluginSource:
-    """Where a plugin came from: ``kind`` is ``builtin``, ``entry_point`` or ``code``."""
-
-    kind: str
-    name: str
-    module: str
-    distribution: str | None = None
-
-    def describe(self) -> str:
-        if self.kind == "entry_point":
-            return f"entry point {self.name!r} ({self.module}, from {self.distribution})"
-        if self.kind == "builtin":
-            return f"built-in {self.name!r} ({self.module})"
-        return f"registered from code {self.name!r} ({self.module})"
-
-    def as_json(self) -> dict[str, Any]:
-        """As ``shimkit plugins --json`` and the audit report list it."""
-        return {"kind": self.kind, "name": self.name, "module": self.module, "distribution": self.distribution}
-
-
 # Records a hook wrapper adds itself belong to no one plugin's implementation.
 _WRAPPER_SOURCE = PluginSource("code", "<hook wrapper>", "<hook wrapper>")
-
-
-@dataclass(frozen=True)
-class PluginProblem:
-    """A plugin that was reported and skipped. ``stage``: import, hook, record, not-allowed."""
-
-    source: PluginSource
-    stage: str
-    message: str
-
-    def describe(self) -> str:
-        return f"{self.source.describe()}: {self.stage}: {self.message}"
-
-    def as_json(self) -> dict[str, Any]:
-        """As ``shimkit plugins --json`` and the audit report list it."""
-        return {"source": self.source.as_json(), "stage": self.stage, "message": self.message}
-
-
-RecordT = TypeVar("RecordT", OpPlugin, PassSpec)
-
-
-@dataclass(frozen=True)
-class Registered(Generic[RecordT]):
-    """A record together with the plugin that produced it and whether blocking disabled it."""
-
-    record: RecordT
-    source: PluginSource
-    blocked: bool = False
-
-    @property
-    def name(self) -> str:
-        return self.record.name
 
 
 class PluginRegistry:

@@ -12,11 +12,12 @@ import importlib.util
 from pathlib import Path
 
 import shimkit
+from shimkit._rooms import ROOMS
 
 # Lowest first: a module may import its own package and packages of the same or a lower layer.
 LAYERS = (
-    ("shimkit._versions", "shimkit._ordering", "shimkit._patching", "shimkit._interrupts", "shimkit._C", "shimkit.store",
-     "shimkit.csrc"),
+    ("shimkit._rooms", "shimkit._versions", "shimkit._ordering", "shimkit._patching", "shimkit._interrupts", "shimkit._C",
+     "shimkit.store", "shimkit.csrc"),
     ("shimkit.metal",),
     ("shimkit.registry",),
     ("shimkit.passes",),
@@ -42,25 +43,25 @@ def layer_of(module: str) -> tuple[int, str]:
 def installed_modules() -> dict[str, Path]:
     modules = {}
     roots = {"shimkit": Path(shimkit.__file__).parent}
-    for name in ("registry", "passes", "plugins", "audit", "csrc", "testing", "metal"):
+    for name in ROOMS:
         spec = importlib.util.find_spec(f"shimkit.{name}")
         roots[f"shimkit.{name}"] = Path(next(iter(spec.submodule_search_locations)))
     for package, root in roots.items():
         for path in root.rglob("*.py"):
             relative = path.relative_to(root).with_suffix("")
             parts = [p for p in relative.parts if p != "__init__"]
-            if package == "shimkit" and parts and parts[0] in ("registry", "passes", "plugins", "audit", "csrc",
-                                                               "testing", "metal"):
+            if package == "shimkit" and parts and parts[0] in ROOMS:
                 continue  # a mapped folder seen through the facade's path: counted under its own root
             modules[".".join([package, *parts])] = path
     return modules
 
 
-def imports_of(module: str, path: Path) -> set[str]:
+def imports_of(module: str, path: Path, annotations: bool = False) -> set[str]:
+    """The ``shimkit.*`` names ``module`` imports; with ``annotations``, those under ``if TYPE_CHECKING:`` too."""
     tree = ast.parse(path.read_text(), str(path))
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     found = set()
-    for node in _runtime_nodes(tree):
+    for node in (ast.walk(tree) if annotations else _runtime_nodes(tree)):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -83,12 +84,12 @@ def _runtime_nodes(tree: ast.AST):
         yield from _runtime_nodes(node)
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(annotations: bool = False) -> dict[str, set[str]]:
     modules = installed_modules()
     graph = {}
     for module, path in modules.items():
         targets = set()
-        for name in imports_of(module, path):
+        for name in imports_of(module, path, annotations):
             while name not in modules and "." in name:  # `from pkg import function` names no module
                 name = name.rsplit(".", 1)[0]
             if name in modules and name != module:
@@ -109,7 +110,8 @@ def test_no_module_imports_a_higher_layer():
 
 
 def test_the_import_graph_has_no_cycles():
-    graph = _graph()
+    # Imports for annotations count: two modules that name each other's types are one idea in two files.
+    graph = _graph(annotations=True)
     state: dict[str, int] = {}
     cycles = []
 
@@ -128,3 +130,11 @@ def test_the_import_graph_has_no_cycles():
         if module not in state:
             visit(module, [])
     assert not cycles, "\n".join(cycles)
+
+
+def test_every_top_level_package_folder_is_a_room_with_a_layer():
+    root = Path(__file__).resolve().parents[1]
+    folders = {path.parent.name for path in root.glob("*/__init__.py")} - {"shimkit"}
+    assert folders == set(ROOMS), "a top-level package folder must be listed in shimkit/_rooms.py (and LAYERS)"
+    for room in ROOMS:
+        layer_of(f"shimkit.{room}")

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from shimkit.audit.workers import GRACE_S, Failure, run_tasks
+from shimkit.audit.workers import GRACE_S, TaskFailure, run_tasks
 
 
 def behave(task: str) -> str:
@@ -39,7 +39,7 @@ def behave(task: str) -> str:
     return f"{task}:{os.getpid()}"
 
 
-def as_failure(task: str, failure: Failure) -> tuple[str, str, str]:
+def as_failure(task: str, failure: TaskFailure) -> tuple[str, str, str]:
     return task, failure.phase, failure.message
 
 
