@@ -107,8 +107,17 @@ def run_compiler(command: Sequence[str], **kwargs) -> subprocess.CompletedProces
 
 
 def compiler_command() -> list[str]:
-    """The host C++ compiler: ``$CXX``, else the one Python was built with, else ``c++``."""
+    """The host C++ compiler: ``$CXX``, else the one Python was built with, else ``c++``. Everything shimkit
+    compiles, and ``csrc/sanitize.sh``'s sanitizer runtimes, come from this one (``python -m shimkit.csrc
+    compiler`` prints it)."""
     return shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")
+
+
+def sanitize_requested() -> bool:
+    """Whether native code built in this process gets :data:`SANITIZER_FLAGS`: ``SHIMKIT_SANITIZE=1``, which
+    ``csrc/sanitize.sh`` sets in the processes it preloads the sanitizer runtimes into (a sanitized library
+    loads nowhere else)."""
+    return os.environ.get("SHIMKIT_SANITIZE") == "1"
 
 
 def compile_shared_library(stem: str, sources: Sequence[str | os.PathLike], *,

@@ -16,7 +16,6 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
-CXX="${CXX:-g++}"
 
 cd "$ROOT"
 SANITIZED_TESTS=(tests/test_kernel_*.py tests/test_metal_semantics.py tests/test_metal_fiber_switch.py
@@ -27,6 +26,10 @@ if [[ "${1:-}" == "--files" ]]; then
   exit 0
 fi
 
+# The sanitizer runtimes preloaded below must be those of the compiler that builds the sanitized code.
+compiler_line="$("$PY" -m shimkit.csrc compiler)"
+eval "compiler=($compiler_line)"
+
 # The two builds are independent compiler runs: side by side, one per core.
 SHIMKIT_SANITIZE=1 "$PY" -m shimkit.testing.kernels >/dev/null &
 kernels=$!
@@ -35,14 +38,14 @@ wait "$kernels"
 
 export SHIMKIT_NATIVE_MODULE="$module"
 export SHIMKIT_SANITIZE=1
-export LD_PRELOAD="$("$CXX" -print-file-name=libasan.so) $("$CXX" -print-file-name=libubsan.so)"
+export LD_PRELOAD="$("${compiler[@]}" -print-file-name=libasan.so) $("${compiler[@]}" -print-file-name=libubsan.so)"
 # The compilers the tests start (MSL libraries, runtimes, whole programs) would inherit LD_PRELOAD and run
 # with the ASan allocator under every allocation: ~40% more CPU, for nothing under test. $CXX becomes a
 # wrapper that runs the same compiler without it (named as it, for tools that recognise gcc by name; kept
 # in the build folder at a stable path, because build digests include the compiler command).
-wrapper="$(dirname "$(dirname "$(dirname "$module")")")/compiler-without-preload/$(basename "${CXX%% *}")"
+wrapper="$(dirname "$(dirname "$(dirname "$module")")")/compiler-without-preload/$(basename "${compiler[0]}")"
 mkdir -p "$(dirname "$wrapper")"
-printf '#!/bin/sh\nunset LD_PRELOAD\nexec %s "$@"\n' "$CXX" > "$wrapper.$$"
+printf '#!/bin/sh\nunset LD_PRELOAD\nexec %s "$@"\n' "$compiler_line" > "$wrapper.$$"
 chmod +x "$wrapper.$$"
 mv -f "$wrapper.$$" "$wrapper"
 export CXX="$wrapper"

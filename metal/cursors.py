@@ -1,5 +1,4 @@
-"""Small readers of libclang's cursors that the work-group loop writer (``loops.py``) and its uniformity
-analysis (``uniform.py``) share."""
+"""Small readers of libclang's cursors that the work-group loop passes (``loops/``) share."""
 
 from __future__ import annotations
 

@@ -83,7 +83,7 @@ class KernelInfo:
     cooperative: bool
     max_threads: int | None
     measures_threadgroup: bool = False   # whether it declares threadgroup memory (measured by one dry call)
-    split: str | None = None             # its group function (metal/loops.py), if it was split at its barriers
+    split: str | None = None             # its group function (metal/loops/), if it was split at its barriers
     fibers_because: str | None = None    # why a cooperative kernel was not split
 
 

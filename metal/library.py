@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
-from shimkit.csrc.build import SANITIZER_FLAGS, compiler_command, run_compiler
+from shimkit.csrc.build import SANITIZER_FLAGS, compiler_command, run_compiler, sanitize_requested
 from shimkit.metal.frontend import KernelInfo, Translation, check_supported, embed_headers, launcher, translate
 from shimkit.metal.loops import group_function, split_kernels
 from shimkit.store import Store, default_store, tree_digest
@@ -88,10 +88,10 @@ def compile_library(source: str, *, sanitize: bool | None = None, ucontext_fiber
     few a caller launches. ``ucontext_fibers`` switches cooperative fibers with glibc's ``swapcontext``
     instead of shimkit's own context switch (what AddressSanitizer builds and non-x86-64 hosts use): the
     reference the fast path is tested against. ``split_barriers=False`` runs every kernel with barriers or
-    simdgroup functions on fibers, the reference the work-group loops (``loops.py``) are tested against."""
+    simdgroup functions on fibers, the reference the work-group loops (``loops/``) are tested against."""
     if not isinstance(source, str):
         raise TypeError(f"compile_shader expects the MSL source as a str, got {type(source).__name__}")
-    sanitize = os.environ.get("SHIMKIT_SANITIZE") == "1" if sanitize is None else sanitize
+    sanitize = sanitize_requested() if sanitize is None else sanitize
     subset = None if kernels is None else tuple(sorted(kernels))
     key = (source, sanitize, ucontext_fibers, split_barriers, subset)
     with _lock:
@@ -103,7 +103,7 @@ def compile_library(source: str, *, sanitize: bool | None = None, ucontext_fiber
         with _lock:
             if key in _compiled:
                 return _compiled[key]
-        compiler = _compiler()
+        compiler = compiler_command()
         translation = _translation(source, split_barriers)
         cpp = f'#include "metal_stdlib"\n{translation.cpp_for(subset)}'
         flags = (list(FLAGS) + _half_rounding_flags(tuple(compiler)) + (list(SANITIZER_FLAGS) if sanitize else [])
@@ -174,20 +174,16 @@ def _is_gcc(compiler: tuple[str, ...]) -> bool:
     return done.returncode == 0 and "__GNUC__" in done.stdout and "__clang__" not in done.stdout
 
 
-def _compiler() -> list[str]:
-    return compiler_command()
-
-
 @functools.lru_cache(maxsize=64)
 def _translation(source: str, split_barriers: bool = True) -> Translation:
     """The checked, preprocessed and translated ``source`` (compiler errors quote the MSL), its cooperative
     kernels split at their barriers where they can be (``split_barriers``)."""
     if not split_barriers:
         check_supported(source)
-        return translate(_preprocess(_compiler(), embed_headers(source, TORCH_INCLUDE), source))
+        return translate(_preprocess(compiler_command(), embed_headers(source, TORCH_INCLUDE), source))
     translation = _translation(source, False)
     cooperative = {_qualified(k.function): k.parameters for k in translation.kernels.values() if k.cooperative}
-    split = split_kernels(translation.text, cooperative, INCLUDE_DIR, default_store(), tuple(_compiler()))
+    split = split_kernels(translation.text, cooperative, INCLUDE_DIR, default_store(), tuple(compiler_command()))
     kernels = {}
     for name, kernel in translation.kernels.items():
         qualified = _qualified(kernel.function)
@@ -256,7 +252,7 @@ class MetalKernel:
     def execution(self) -> str:
         """How the threads of a group run: ``"loop"`` (one after another, the kernel reaches no barrier or
         simdgroup function), ``"split"`` (loops over the group's threads between its barriers and
-        simdgroup functions: ``loops.py``) or ``"fibers"`` (cooperative fibers that switch at each of
+        simdgroup functions: ``loops/``) or ``"fibers"`` (cooperative fibers that switch at each of
         them; :attr:`fibers_because` says why)."""
         return _execution(self._info)
 

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from shimkit.csrc.build import SOURCE_DIR, compile_shared_library
+from shimkit.csrc.build import SANITIZER_FLAGS, SOURCE_DIR, compile_shared_library, sanitize_requested, sdk_sources
 from shimkit.store import KEY_CHARS, EnvironmentFailure, default_store, digest_of, tree_digest
 
 RUNTIME_DIR = SOURCE_DIR / "metal_runtime"
@@ -41,7 +41,6 @@ TORCH_INCLUDE = Path(torch.__file__).resolve().parent / "include"
 DTYPE_CODES = {torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4, torch.float16: 5,
                torch.float32: 6, torch.float64: 7, torch.bool: 11, torch.bfloat16: 15}
 DTYPES = {code: dtype for dtype, code in DTYPE_CODES.items()}
-MPS_DEVICE = 13
 # How a wrapper is compiled: Inductor's cpp-wrapper for mps, without libtorch (ExecuTorch's
 # aot_inductor.link_libtorch=False).
 WRAPPER_FLAGS = ("-O1", "-DUSE_MPS", "-DC10_USING_CUSTOM_GENERATED_MACROS", "-Wno-unused-result",
@@ -77,21 +76,17 @@ def _executorch_root() -> Path:
 
 def _runtime_sources(adapters: Iterable[str]) -> list[str]:
     own = sorted(str(p) for p in RUNTIME_DIR.glob("*.cpp")) + sorted(str(p) for p in (RUNTIME_DIR / "fallbacks").glob("*.cpp"))
-    return own + _sdk_sources() + list(adapters)
+    return own + sdk_sources() + list(adapters)
 
 
 def adapter_sources(config: Any) -> tuple[list[str], str]:
     """What ``config``'s plugins put into the runtime here: their runtime sources as C++ (``.mm`` files are
     plain C++ against ExecuTorch's Metal API; Objective-C ones are empty without ``__OBJC__``), their
     stand-in sources, and the generated MSL adapter source. The SDK is in the runtime already."""
-    sdk = set(_sdk_sources())
+    sdk = set(sdk_sources())
     sources = [s for s in (*config.kernel_sources, *config.standin_sources)
                if s.endswith((".cpp", ".cc", ".cxx", ".mm")) and s not in sdk]
     return list(dict.fromkeys(sources)), config.msl_adapter_source()
-
-
-def _sdk_sources() -> list[str]:
-    return sorted(str(p) for p in (SOURCE_DIR / "sdk").glob("*.cpp"))
 
 
 def runtime_library(config: Any | None) -> Path:
@@ -131,7 +126,7 @@ def _runtime_library(adapters: tuple[str, ...], generated: str) -> Path:
     root = _executorch_root()
     units = [_adapter_unit(path) for path in adapters] + ([_unit(generated)] if generated else [])
     sources = _runtime_sources(units)
-    sanitize = os.environ.get("SHIMKIT_SANITIZE") == "1"
+    sanitize = sanitize_requested()
     # A program names its runtime in DT_NEEDED, and the loader binds that name to the first library of the
     # name a process has loaded: each runtime needs a name of its own, from what is in it.
     identity = digest_of([runtime_fingerprint(), generated, str(sanitize),
@@ -140,8 +135,6 @@ def _runtime_library(adapters: tuple[str, ...], generated: str) -> Path:
     flags = ["-O2", "-fvisibility=default", "-Wl,-Bsymbolic", "-Wl,--no-undefined", "-pthread",
              f"-Wl,-soname,{name}.so"]
     if sanitize:
-        from shimkit.csrc.build import SANITIZER_FLAGS
-
         flags += list(SANITIZER_FLAGS)
     return compile_shared_library(
         name, sources,
@@ -275,6 +268,7 @@ def load_runtime(path: Path) -> ctypes.CDLL:
             library.shimkit_runtime_take_failure.restype = ctypes.c_size_t
             library.shimkit_runtime_take_failure.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
             library.shimkit_runtime_last_error.restype = ctypes.c_char_p
+            library.aoti_torch_device_type_mps.restype = ctypes.c_int32
             library.aoti_torch_create_tensor_from_blob_v2.argtypes = [
                 ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64),
                 ctypes.c_int64, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p),
@@ -296,8 +290,12 @@ def take_failure(runtime: ctypes.CDLL) -> str:
     return buffer.value.decode(errors="replace")
 
 
-def tensor_handle(runtime: ctypes.CDLL, tensor: torch.Tensor, device_type: int = MPS_DEVICE) -> int:
-    """A runtime tensor handle over ``tensor``'s memory (not a copy: keep ``tensor`` alive)."""
+def tensor_handle(runtime: ctypes.CDLL, tensor: torch.Tensor, device_type: int | None = None) -> int:
+    """A runtime tensor handle over ``tensor``'s memory (not a copy: keep ``tensor`` alive) on the c10 device
+    ``device_type``, mps by default: the code the runtime was compiled with (``shimkit/c10_codes.h``), so
+    that Python keeps no copy of it."""
+    if device_type is None:
+        device_type = runtime.aoti_torch_device_type_mps()
     if tensor.dtype not in DTYPE_CODES:
         raise TypeError(f"a Metal program has no {tensor.dtype} tensors")
     rank = tensor.dim()

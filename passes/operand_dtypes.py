@@ -9,7 +9,7 @@ the kernel computes with a right operand; eager's ATen rounds the same way where
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import fx
@@ -17,7 +17,7 @@ from torch import fx
 from shimkit.passes.base import PassContext, ShimkitPass
 
 
-def operand(node: fx.Node, index: int, name: str) -> object:
+def operand(node: fx.Node, index: int, name: str) -> Any:
     """The argument at ``index`` or keyword ``name`` (``None`` when absent)."""
     return node.args[index] if len(node.args) > index else node.kwargs.get(name)
 
@@ -54,7 +54,11 @@ class CastOperandsTo(ShimkitPass):
     def __init__(self, name: str, ops: Sequence[torch._ops.OpOverload], operands: Sequence[tuple[int, str]],
                  like: tuple[int, str]) -> None:
         super().__init__()
-        self.name, self.ops, self.operands, self.like = name, tuple(ops), tuple(operands), like
+        self._name, self.ops, self.operands, self.like = name, tuple(ops), tuple(operands), like
+
+    @property
+    def pass_name(self) -> str:
+        return self._name
 
     def transform(self, graph: fx.Graph, context: PassContext) -> bool:
         calls = [n for n in graph.nodes if n.op == "call_function" and n.target in self.ops]

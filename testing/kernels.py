@@ -25,14 +25,13 @@ import functools
 import importlib
 import importlib.machinery
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
 from shimkit.backend import get_registry
-from shimkit.csrc.build import compile_host_module
+from shimkit.csrc.build import compile_host_module, sanitize_requested
 from shimkit.metal import MSL_TYPES
 from shimkit.registry import Kernel, ShimkitPluginError
 from shimkit.registry.records import MslKernel
@@ -56,7 +55,7 @@ def kernels(plugin: str) -> list[Kernel]:
 
 def host_module(kernel: Kernel) -> ModuleType:
     """The loaded host module of ``kernel``; raises :class:`KernelLoadError` naming the kernel."""
-    return _load(kernel, _sanitize_requested())
+    return _load(kernel, sanitize_requested())
 
 
 @functools.lru_cache(maxsize=None)
@@ -171,10 +170,6 @@ def c_library(module: ModuleType) -> ctypes.CDLL:
     return ctypes.CDLL(module.__file__)
 
 
-def _sanitize_requested() -> bool:
-    return os.environ.get("SHIMKIT_SANITIZE") == "1"
-
-
 @contextlib.contextmanager
 def tensor_handles(*tensors) -> Iterator[list[int]]:
     """AtenTensorHandles (as ints) for ``tensors``, owned by torch and freed on exit: exactly what an
@@ -204,7 +199,7 @@ def main() -> int:
     names = dict.fromkeys(r.record.name for r in get_registry().op_plugins())
     for kernel in (k for name in names for k in kernels(name)):
         if kernel.host_sources:
-            print(_build(kernel, _sanitize_requested()))
+            print(_build(kernel, sanitize_requested()))
     return 0
 
 

@@ -3,7 +3,10 @@ shimkit._C staying free of libtorch."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +20,7 @@ import shimkit.csrc
 from shimkit.csrc import build
 from registry_helpers import CLEAN_ENV
 from shimkit.backend import new_registry
+from shimkit.csrc.__main__ import main as csrc_main
 from shimkit.csrc.native import native
 
 C = native()
@@ -125,6 +129,25 @@ def test_the_mps_runtime_build_gets_the_sdk_and_the_addmm_kernel_but_no_host_cod
     assert {"addmm_metal.mm", "addmm_shim_mps.mm", "addmm_plan.cpp", "dtype.cpp"} <= names
     assert not names & {"addmm_reference.cpp", "addmm_shim_reference.cpp", "addmm_bindings.cpp", "dlpack.cpp"}
     assert all(Path(s).is_absolute() and Path(s).exists() for s in sources)
+
+
+def test_every_c10_code_of_the_sdk_is_libtorchs():
+    """shimkit/c10_codes.h is the one copy of the codes the AOTI ABI passes as plain integers (the SDK, the
+    stand-in runtime, the plugins' adapters and, through the runtime, shimkit.metal.program read them there)."""
+    header = (build.INCLUDE_DIR / "shimkit" / "c10_codes.h").read_text()
+    getters = {"scalar_types": "aoti_torch_dtype_", "device_types": "aoti_torch_device_type_"}
+    codes = {f"{getters[namespace]}{name.lower()}": int(value)
+             for namespace, body in re.findall(r"namespace (scalar_types|device_types) \{(.*?)\}", header, re.S)
+             for name, value in re.findall(r"constexpr int32_t k(\w+) = (\d+);", body)}
+    assert len(codes) >= 10, codes  # the header's codes were found
+    aoti = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+    assert codes == {getter: getattr(aoti, getter)() for getter in codes}
+
+
+def test_the_sanitizer_run_asks_for_the_compiler_shimkit_builds_with(monkeypatch, capsys):
+    monkeypatch.setenv("CXX", "ccache 'g++ 13'")
+    assert csrc_main(["compiler"]) == 0
+    assert shlex.split(capsys.readouterr().out) == build.compiler_command() == ["ccache", "g++ 13"]
 
 
 PLUGIN_KERNEL = r"""

@@ -3,7 +3,7 @@ ucontext, element for element: generated barrier programs (a uniform loop of a r
 each two barrier regions reading other threads' threadgroup memory, a uniform branch choosing between
 simdgroup functions) at group sizes that are and are not multiples of 32, with partial edge groups; and
 a Python model of the same program, so that both paths are checked against something neither wrote. The
-same program split into work-group loops (metal/loops.py, the default) is held to the same answers."""
+same program split into work-group loops (metal/loops/, the default) is held to the same answers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Kernels with barriers split into work-group loops (metal/loops.py) against the same kernels on
+"""Kernels with barriers split into work-group loops (metal/loops/) against the same kernels on
 cooperative fibers, element for element: hypothesis writes the kernels (random numbers of barrier regions,
 uniform loops with barriers inside, simdgroup functions in uniform and divergent branches, threads that
 return early, values uniform over the group and values that only look uniform, blocks that end at a
@@ -14,9 +14,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shimkit.metal.library import (INCLUDE_DIR, MetalRaceError, ShaderLibrary, _compiler, _qualified, _translation,
+from shimkit.csrc.build import compiler_command
+from shimkit.metal.library import (INCLUDE_DIR, MetalRaceError, ShaderLibrary, _qualified, _translation,
                                    compile_library)
-from shimkit.metal.loops import _split
+from shimkit.metal.loops import split_translation
 from shimkit.store import Store
 
 HEADER = """
@@ -75,7 +76,7 @@ def steps(draw, depth: int = 0, returned: bool = False) -> tuple[list[str], bool
             lines.append(f"if (i % 7u == {shift % 7}u) {{ out[i] = mine + 1000u; return; }}")
             returned = True
         elif choice == "uniform":
-            # one value for the group (metal/uniform.py): assigned at group level, read after a barrier
+            # one value for the group (metal/loops/uniformity.py): assigned at group level, read after a barrier
             lines += [f"uint {name} = n / {shift % 5 + 1}u + {shift}u;", f"{name} += n % 3u;",
                       "threadgroup_barrier(mem_flags::mem_threadgroup);", f"mine += {name} * 7u;"]
         elif choice == "divergent":
@@ -175,7 +176,7 @@ UNIFORM_AND_NOT = HEADER.replace("kernel void generated", "kernel void uniformit
 
 
 def test_a_value_uniform_over_the_group_is_one_value_and_its_loop_runs_at_group_level():
-    """The tree reduction's stride is one value for the group (metal/uniform.py): its loop is a C++ loop
+    """The tree reduction's stride is one value for the group (metal/loops/uniformity.py): its loop is a C++ loop
     around one loop over the threads per step, with no per-thread mask; a variable also assigned where only
     some threads go stays one per thread."""
     text = compile_library(UNIFORM_AND_NOT)[1].text
@@ -620,15 +621,15 @@ def test_an_early_return_on_a_vote_computes_what_fibers_compute(group, groups, s
 def test_the_splitter_reads_metal_stdlib_precompiled_and_splits_as_from_the_header(tmp_path):
     translation = _translation(C10_HELPERS, False)
     kernels = {_qualified(k.function): k.parameters for k in translation.kernels.values() if k.cooperative}
-    compiler = tuple(_compiler())
+    compiler = tuple(compiler_command())
     store = Store(tmp_path)
-    precompiled = _split(translation.text, kernels, INCLUDE_DIR, compiler, store)
+    precompiled = split_translation(translation.text, kernels, INCLUDE_DIR, compiler, store)
     [header] = tmp_path.glob("libclang-pch/*/metal_stdlib.pch")
-    parsed = _split(translation.text, kernels, INCLUDE_DIR, compiler)
+    parsed = split_translation(translation.text, kernels, INCLUDE_DIR, compiler)
     assert precompiled.split == parsed.split == set(kernels)
     assert precompiled.text == parsed.text
     header.write_bytes(b"not a precompiled header")  # a libclang that refuses it: the header is parsed
-    assert _split(translation.text, kernels, INCLUDE_DIR, compiler, store).text == parsed.text
+    assert split_translation(translation.text, kernels, INCLUDE_DIR, compiler, store).text == parsed.text
 
 
 def test_threadgroup_memory_is_named_in_regions_through_one_reference_per_group():

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
-import shlex
 import subprocess
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import torch
 
 from registry_helpers import CLEAN_ENV
 from shimkit.backend import new_registry
-from shimkit.csrc.build import INCLUDE_DIR, SOURCE_DIR
+from shimkit.csrc.build import INCLUDE_DIR, SOURCE_DIR, compiler_command
 from shimkit.metal import MSL_TYPES
 
 STAND_IN_INCLUDE = SOURCE_DIR / "metal_runtime" / "include"
@@ -112,8 +111,7 @@ def _check_compiles(sources: list[Path], include_flags: list[str]) -> None:
     """``-fsyntax-only`` as C++17, warnings as errors in shimkit's code (only: the ``-isystem`` headers are
     ExecuTorch's). The vendored c10 headers want a CMake-generated header unless told that the
     including build defines its macros, as ExecuTorch's own CMake package tells its consumers."""
-    compiler = shlex.split(os.environ.get("CXX") or "c++")
-    command = [*compiler, "-std=c++17", "-fsyntax-only", "-x", "c++", "-Wall", "-Wextra", "-Werror",
+    command = [*compiler_command(), "-std=c++17", "-fsyntax-only", "-x", "c++", "-Wall", "-Wextra", "-Werror",
                "-DC10_USING_CUSTOM_GENERATED_MACROS", f"-I{INCLUDE_DIR}", *include_flags]
     failures = []
     for source in sources:
@@ -154,8 +152,7 @@ def test_msl_type_name_is_shimkit_metals_dtype_map(tmp_path):
                        "int main() {\n  for (int code = -1; code < 64; ++code) {\n"
                        "    const char* name = shimkit::msl_type_name(code);\n"
                        '    if (name != nullptr) std::printf("%d %s\\n", code, name);\n  }\n}\n')
-    compiler = shlex.split(os.environ.get("CXX") or "c++")
-    subprocess.run([*compiler, "-std=c++17", f"-I{INCLUDE_DIR}", str(program), "-o", str(tmp_path / "names")],
+    subprocess.run([*compiler_command(), "-std=c++17", f"-I{INCLUDE_DIR}", str(program), "-o", str(tmp_path / "names")],
                    check=True)
     printed = subprocess.run([str(tmp_path / "names")], capture_output=True, text=True, check=True).stdout
     names = {int(code): name for code, name in (line.split() for line in printed.splitlines())}

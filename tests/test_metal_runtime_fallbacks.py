@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-import os
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,7 @@ from hypothesis import strategies as st
 import shimkit.plugins.addmm as addmm_plugin
 import shimkit.plugins.metal_custom_ops as metal_custom_ops
 import shimkit.plugins.torchao_linear as torchao_linear
-from shimkit.csrc.build import SANITIZER_FLAGS, SOURCE_DIR, compile_shared_library, sdk_sources
+from shimkit.csrc.build import SANITIZER_FLAGS, SOURCE_DIR, compile_shared_library, sanitize_requested, sdk_sources
 from shimkit.store import default_store
 from shimkit.testing.kernels import AOTI_TORCH_SUCCESS, tensor_handles
 from shimkit.testing.strategies import tensors
@@ -87,7 +86,7 @@ def library() -> ctypes.CDLL:
     sources = [*sorted(FALLBACKS.glob("*.cpp")), ADDMM_KERNEL / "addmm_plan.cpp", ADDMM_KERNEL / "addmm_reference.cpp",
                ADDMM_KERNEL / "addmm_shim_standin.cpp",
                *sdk_sources()]
-    flags = SANITIZER_FLAGS if os.environ.get("SHIMKIT_SANITIZE") == "1" else ("-O2",)
+    flags = SANITIZER_FLAGS if sanitize_requested() else ("-O2",)
     path = compile_shared_library(
         "shimkit_metal_fallbacks", sources, include_dirs=cpp_extension.include_paths(),
         library_dirs=cpp_extension.library_paths(), libraries=["torch", "torch_cpu", "c10"],

@@ -11,9 +11,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shimkit.csrc.build import compiler_command
 from shimkit.metal import MetalSourceError, compile_shader
-from shimkit.metal.library import (EAGER_KERNELS, FLAGS, INCLUDE_DIR, ShaderLibrary, _compiler, _is_gcc,
-                                   _precompiled_header, compile_library)
+from shimkit.metal.library import (EAGER_KERNELS, FLAGS, INCLUDE_DIR, ShaderLibrary, _is_gcc, _precompiled_header,
+                                   compile_library)
 
 COORDINATES = compile_shader("""
 kernel void where(device uint* out,
@@ -297,10 +298,10 @@ def test_processes_compiling_one_library_at_once_all_get_a_whole_one(tmp_path, m
         == {("library.cpp", "library.so", "manifest.json")}  # nothing half-done is left behind
 
 
-@pytest.mark.skipif(not _is_gcc(tuple(_compiler())), reason="a .gch found beside a header is GCC's")
+@pytest.mark.skipif(not _is_gcc(tuple(compiler_command())), reason="a .gch found beside a header is GCC's")
 def test_libraries_read_metal_stdlib_precompiled_and_parse_it_where_that_cannot_be_built(tmp_path, monkeypatch):
     monkeypatch.setenv("SHIMKIT_BUILD_DIR", str(tmp_path))
-    compiler, flags = tuple(_compiler()), tuple(f for f in FLAGS if f != "-shared")
+    compiler, flags = tuple(compiler_command()), tuple(f for f in FLAGS if f != "-shared")
     [include] = _precompiled_header(compiler, flags)
     folder = include.removeprefix("-I")
     assert folder.startswith(str(tmp_path))

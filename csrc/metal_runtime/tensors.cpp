@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "runtime_errors.h"
+#include "shimkit/c10_codes.h"
 
 namespace {
 
@@ -34,12 +35,10 @@ using executorch::runtime::Error;
 using executorch::runtime::etensor::ScalarType;
 using executorch::runtime::etensor::Tensor;
 using executorch::runtime::etensor::TensorImpl;
+using shimkit::device_types::kCpu;
+using shimkit::device_types::kCuda;
+using shimkit::device_types::kMps;
 using shimkit::metal_runtime::guarded;
-
-// torch's device type codes (c10/core/DeviceType.h), which the AOTI ABI passes around.
-constexpr int32_t kCpu = 0;
-constexpr int32_t kCuda = 1;
-constexpr int32_t kMps = 13;
 
 struct Storage {
   void* data = nullptr;

@@ -8,12 +8,14 @@
 #include <cstdint>
 #include <string>
 
+#include "shimkit/c10_codes.h"
+
 namespace shimkit {
 
 enum class DType : int32_t {
-  kFloat16 = 5,
-  kFloat32 = 6,
-  kBFloat16 = 15,
+  kFloat16 = scalar_types::kFloat16,
+  kFloat32 = scalar_types::kFloat32,
+  kBFloat16 = scalar_types::kBFloat16,
 };
 
 // Maps an AOTI/c10 scalar-type code to a DType; false for types no kernel here supports.
@@ -31,15 +33,15 @@ std::size_t element_size(DType dtype);
 // sources (Kernel(uses_sdk=False)).
 inline const char* msl_type_name(int32_t scalar_type) {
   switch (scalar_type) {
-    case 0: return "uchar";
-    case 1: return "char";
-    case 2: return "short";
-    case 3: return "int";
-    case 4: return "long";
-    case 5: return "half";
-    case 6: return "float";
-    case 11: return "bool";
-    case 15: return "bfloat";
+    case scalar_types::kUInt8: return "uchar";
+    case scalar_types::kInt8: return "char";
+    case scalar_types::kInt16: return "short";
+    case scalar_types::kInt32: return "int";
+    case scalar_types::kInt64: return "long";
+    case scalar_types::kFloat16: return "half";
+    case scalar_types::kFloat32: return "float";
+    case scalar_types::kBool: return "bool";
+    case scalar_types::kBFloat16: return "bfloat";
     default: return nullptr;
   }
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "shimkit/c10_codes.h"
 #include "shimkit/dtype.h"
 #include "shimkit/status.h"
 
@@ -16,10 +17,10 @@ namespace shimkit {
 
 // c10::DeviceType values, which aoti_torch_get_device_type returns.
 enum class DeviceType : int32_t {
-  kCPU = 0,
-  kCUDA = 1,
-  kMeta = 9,
-  kMPS = 13,
+  kCPU = device_types::kCpu,
+  kCUDA = device_types::kCuda,
+  kMeta = device_types::kMeta,
+  kMPS = device_types::kMps,
 };
 
 struct Device {

@@ -168,8 +168,7 @@ Status convolution(AtenTensorHandle input_handle, AtenTensorHandle weight_handle
     }
   }
   store_dense(output.arg, y);
-  *ret0 = output.release();
-  return Status::ok();
+  return hand_over(&output, ret0);
 }
 
 }  // namespace

@@ -175,6 +175,11 @@ Status allocate(const Arg& device_of, const std::vector<int64_t>& sizes, int32_t
   return read_arg(handle, name, &result->arg);
 }
 
+Status hand_over(Result* result, AtenTensorHandle* ret) {
+  *ret = result->release();
+  return Status::ok();
+}
+
 std::vector<float> load_dense(const Arg& arg) {
   std::vector<float> values(static_cast<std::size_t>(arg.numel()));
   for_each_index(arg.view.sizes, [&](int64_t linear, const std::vector<int64_t>& index) {

@@ -110,8 +110,7 @@ Status gated_delta_rule(AtenTensorHandle q_handle, AtenTensorHandle k_handle, At
           state.store(state_base + i * state.stride(2) + j * state.stride(3), s[static_cast<std::size_t>(i * dk + j)]);
     }
   }
-  *ret = output.release();
-  return Status::ok();
+  return hand_over(&output, ret);
 }
 
 }  // namespace

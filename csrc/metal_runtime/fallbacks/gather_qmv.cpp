@@ -89,8 +89,7 @@ Status gather_qmv(AtenTensorHandle x_handle, AtenTensorHandle w_handle, AtenTens
       output.arg.store(i * output.arg.stride(0) + j * output.arg.stride(1), acc);
     }
   }
-  *ret = output.release();
-  return Status::ok();
+  return hand_over(&output, ret);
 }
 
 }  // namespace

@@ -91,8 +91,7 @@ Status linear_4bit(AtenTensorHandle a_handle, AtenTensorHandle b_handle, int64_t
     }
     store_dense(output.arg, y);
   }
-  *ret = output.release();
-  return Status::ok();
+  return hand_over(&output, ret);
 }
 
 }  // namespace

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "shimkit/dense.h"
+#include "shimkit/metal_adapter.h"
 
 extern "C" const char shimkit_msl_source_fft[];
 
@@ -30,9 +30,7 @@ namespace metal {
 namespace {
 
 constexpr const char* kShim = "aoti_torch_mps_fft_c2c";
-constexpr int32_t kFloat = 6;
-// c10::DeviceType::MPS: the runtime keeps every tensor in Metal buffers.
-constexpr int32_t kMps = 13;
+using shimkit::scalar_types::kFloat32;
 // fft.py's RADICES, largest first: fft.metal's kMaxRadix is the largest.
 constexpr uint32_t kRadices[] = {8, 4, 2, 3, 5, 7, 11, 13};
 constexpr uint64_t kMaxGroup = 256;
@@ -106,10 +104,8 @@ class Scratch {
     for (AOTITensorHandle t : made_) aoti_torch_delete_tensor_object(t);
   }
   Tensor* rows(int64_t rows, int64_t n) {
-    const int64_t sizes[3] = {rows, n, 2};
-    const int64_t strides[3] = {n * 2, 2, 1};
     AOTITensorHandle t = nullptr;
-    if (aoti_torch_empty_strided(3, sizes, strides, kFloat, kMps, 0, &t) != Error::Ok) return nullptr;
+    if (shimkit_adapter::empty_contiguous({rows, n, 2}, kFloat32, &t) != Error::Ok) return nullptr;
     made_.push_back(t);
     return t;
   }
@@ -174,21 +170,15 @@ bool bluestein(Scratch& scratch, Tensor* out, Tensor* in, int64_t batch, uint32_
 
 extern "C" AOTITorchError aoti_torch_mps_fft_c2c(AOTITensorHandle self, int32_t inverse, int64_t normalization,
                                                  AOTITensorHandle* ret0) {
-  if (self == nullptr || ret0 == nullptr) {
-    ET_LOG(Error, "%s: null tensor handle", kShim);
-    return Error::InvalidArgument;
-  }
+  if (!shimkit_adapter::non_null(kShim, {self, ret0})) return Error::InvalidArgument;
   Tensor* input = self;
   const int64_t rank = input->dim();
-  if (static_cast<int32_t>(input->scalar_type()) != kFloat || rank < 2 || input->size(rank - 1) != 2) {
+  if (static_cast<int32_t>(input->scalar_type()) != kFloat32 || rank < 2 || input->size(rank - 1) != 2) {
     ET_LOG(Error, "%s: self must be float32 real pairs [..., n, 2], got dtype %d with %lld dims", kShim,
            static_cast<int>(input->scalar_type()), static_cast<long long>(rank));
     return Error::InvalidArgument;
   }
-  if (!shimkit::is_contiguous(*input)) {
-    ET_LOG(Error, "%s: self must be contiguous", kShim);
-    return Error::NotSupported;
-  }
+  if (!shimkit_adapter::check_contiguous(kShim, "self", *input)) return Error::NotSupported;
   const int64_t points = input->size(rank - 2);
   if (points < 1 || points > (int64_t{1} << 30)) {
     ET_LOG(Error, "%s: a transform of %lld points (1 to 2^30 are supported)", kShim, static_cast<long long>(points));
@@ -203,14 +193,9 @@ extern "C" AOTITorchError aoti_torch_mps_fft_c2c(AOTITensorHandle self, int32_t 
   int64_t batch = 1;
   for (int64_t d = 0; d < rank - 2; ++d) batch *= input->size(d);
 
-  std::vector<int64_t> sizes(input->sizes().begin(), input->sizes().end());
-  std::vector<int64_t> strides(rank);
-  for (int64_t d = rank - 1, stride = 1; d >= 0; --d) {
-    strides[d] = stride;
-    stride *= sizes[d];
-  }
+  const std::vector<int64_t> sizes(input->sizes().begin(), input->sizes().end());
   AOTITensorHandle out = nullptr;
-  if (aoti_torch_empty_strided(rank, sizes.data(), strides.data(), kFloat, kMps, 0, &out) != Error::Ok) {
+  if (shimkit_adapter::empty_contiguous(sizes, kFloat32, &out) != Error::Ok) {
     ET_LOG(Error, "%s: could not allocate the result", kShim);
     return Error::MemoryAllocationFailed;
   }

@@ -20,7 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "shimkit/dense.h"
+#include "shimkit/metal_adapter.h"
 
 extern "C" const char shimkit_msl_source_lu_factor[];
 extern "C" const char shimkit_msl_source_lu_solve[];
@@ -36,22 +36,10 @@ namespace backends {
 namespace metal {
 namespace {
 
-constexpr int32_t kFloat = 6;
-constexpr int32_t kInt = 3;
-// c10::DeviceType::MPS: the runtime keeps every tensor in Metal buffers.
-constexpr int32_t kMps = 13;
-
 using shimkit::is_contiguous;
-
-bool non_null(const char* shim, std::initializer_list<const void*> handles) {
-  for (const void* handle : handles) {
-    if (handle == nullptr) {
-      ET_LOG(Error, "%s: null tensor handle", shim);
-      return false;
-    }
-  }
-  return true;
-}
+using shimkit::scalar_types::kFloat32;
+using shimkit::scalar_types::kInt32;
+using shimkit_adapter::non_null;
 
 // A contiguous float32 batch of matrices, square ones if `square`, or the reason it is not one (logged
 // under `shim`).
@@ -61,14 +49,11 @@ bool check_matrices(const char* shim, const char* argument, const Tensor& t, boo
            static_cast<int>(t.dim()));
     return false;
   }
-  if (static_cast<int32_t>(t.scalar_type()) != kFloat) {
+  if (static_cast<int32_t>(t.scalar_type()) != kFloat32) {
     ET_LOG(Error, "%s: %s must be float32, got dtype %d", shim, argument, static_cast<int>(t.scalar_type()));
     return false;
   }
-  if (!is_contiguous(t)) {
-    ET_LOG(Error, "%s: %s must be contiguous", shim, argument);
-    return false;
-  }
+  if (!shimkit_adapter::check_contiguous(shim, argument, t)) return false;
   if (square && t.size(t.dim() - 2) != t.size(t.dim() - 1)) {
     ET_LOG(Error, "%s: %s must be batches of square matrices", shim, argument);
     return false;
@@ -108,14 +93,7 @@ struct Result {
 bool allocate(const char* shim, std::initializer_list<Result> results) {
   for (const Result& result : results) *result.handle = nullptr;
   for (const Result& result : results) {
-    std::vector<int64_t> strides(result.sizes.size());
-    int64_t stride = 1;
-    for (size_t d = strides.size(); d-- > 0;) {
-      strides[d] = stride;
-      stride *= result.sizes[d];
-    }
-    if (aoti_torch_empty_strided(static_cast<int64_t>(result.sizes.size()), result.sizes.data(), strides.data(),
-                                 result.dtype, kMps, 0, result.handle) != Error::Ok) {
+    if (shimkit_adapter::empty_contiguous(result.sizes, result.dtype, result.handle) != Error::Ok) {
       for (const Result& made : results) release({made.handle});
       ET_LOG(Error, "%s: could not allocate the results", shim);
       return false;
@@ -188,8 +166,8 @@ extern "C" AOTITorchError aoti_torch_mps_lu_factor(AOTITensorHandle A, AOTITenso
   const int64_t m = A->size(A->dim() - 2);
   const int64_t n = A->size(A->dim() - 1);
   AOTITensorHandle &lu = *ret0, &pivots = *ret1, &info = *ret2;
-  if (!allocate(shim, {{shape(*A, 0), kFloat, &lu}, {shape(*A, 2, {std::min(m, n)}), kInt, &pivots},
-                       {shape(*A, 2), kInt, &info}})) {
+  if (!allocate(shim, {{shape(*A, 0), kFloat32, &lu}, {shape(*A, 2, {std::min(m, n)}), kInt32, &pivots},
+                       {shape(*A, 2), kInt32, &info}})) {
     return Error::MemoryAllocationFailed;
   }
   // An empty matrix has nothing to factor: the kernel still runs, to write info = 0.
@@ -213,12 +191,12 @@ extern "C" AOTITorchError aoti_torch_mps_lu_solve(AOTITensorHandle LU, AOTITenso
   const int64_t n = LU->size(LU->dim() - 1);
   const int64_t k = B->size(B->dim() - 1);
   if (shape(*B, 2) != shape(*LU, 2) || B->size(B->dim() - 2) != n || shape(*pivots, 0) != shape(*LU, 1) ||
-      static_cast<int32_t>(pivots->scalar_type()) != kInt || !is_contiguous(*pivots)) {
+      static_cast<int32_t>(pivots->scalar_type()) != kInt32 || !is_contiguous(*pivots)) {
     ET_LOG(Error, "%s: expected LU [*, n, n], contiguous int32 pivots [*, n] and B [*, n, k] with one batch", shim);
     return Error::InvalidArgument;
   }
   AOTITensorHandle& x = *ret0;
-  if (!allocate(shim, {{shape(*B, 0), kFloat, &x}})) return Error::MemoryAllocationFailed;
+  if (!allocate(shim, {{shape(*B, 0), kFloat32, &x}})) return Error::MemoryAllocationFailed;
   const int64_t matrices = batch_count(*LU, 2);
   if (matrices > 0 && n > 0 && k > 0 &&
       !run(shim, shimkit_msl_source_lu_solve, "lu_solve_float",
@@ -237,7 +215,7 @@ extern "C" AOTITorchError aoti_torch_mps_cholesky(AOTITensorHandle A, AOTITensor
   }
   const int64_t n = A->size(A->dim() - 1);
   AOTITensorHandle &l = *ret0, &info = *ret1;
-  if (!allocate(shim, {{shape(*A, 0), kFloat, &l}, {shape(*A, 2), kInt, &info}})) {
+  if (!allocate(shim, {{shape(*A, 0), kFloat32, &l}, {shape(*A, 2), kInt32, &info}})) {
     return Error::MemoryAllocationFailed;
   }
   const int64_t matrices = batch_count(*A, 2);
@@ -257,8 +235,8 @@ extern "C" AOTITorchError aoti_torch_mps_eigh(AOTITensorHandle A, AOTITensorHand
   const int64_t n = A->size(A->dim() - 1);
   AOTITensorHandle &values = *ret0, &vectors = *ret1, &info = *ret2;
   AOTITensorHandle work = nullptr;
-  if (!allocate(shim, {{shape(*A, 2, {n}), kFloat, &values}, {shape(*A, 0), kFloat, &vectors},
-                       {shape(*A, 2), kInt, &info}, {shape(*A, 0), kFloat, &work}})) {
+  if (!allocate(shim, {{shape(*A, 2, {n}), kFloat32, &values}, {shape(*A, 0), kFloat32, &vectors},
+                       {shape(*A, 2), kInt32, &info}, {shape(*A, 0), kFloat32, &work}})) {
     return Error::MemoryAllocationFailed;
   }
   const int64_t matrices = batch_count(*A, 2);
@@ -286,8 +264,8 @@ extern "C" AOTITorchError aoti_torch_mps_svd(AOTITensorHandle A, AOTITensorHandl
     return Error::InvalidArgument;
   }
   AOTITensorHandle &u = *ret0, &s = *ret1, &vh = *ret2, &info = *ret3;
-  if (!allocate(shim, {{shape(*A, 0), kFloat, &u}, {shape(*A, 2, {n}), kFloat, &s},
-                       {shape(*A, 2, {n, n}), kFloat, &vh}, {shape(*A, 2), kInt, &info}})) {
+  if (!allocate(shim, {{shape(*A, 0), kFloat32, &u}, {shape(*A, 2, {n}), kFloat32, &s},
+                       {shape(*A, 2, {n, n}), kFloat32, &vh}, {shape(*A, 2), kInt32, &info}})) {
     return Error::MemoryAllocationFailed;
   }
   const int64_t matrices = batch_count(*A, 2);
@@ -314,8 +292,8 @@ extern "C" AOTITorchError aoti_torch_mps_qr(AOTITensorHandle A, int32_t complete
   const int64_t columns = complete ? m : k;
   AOTITensorHandle &q = *ret0, &r = *ret1;
   AOTITensorHandle work = nullptr, tau = nullptr;
-  if (!allocate(shim, {{shape(*A, 2, {m, columns}), kFloat, &q}, {shape(*A, 2, {columns, n}), kFloat, &r},
-                       {shape(*A, 0), kFloat, &work}, {shape(*A, 2, {k}), kFloat, &tau}})) {
+  if (!allocate(shim, {{shape(*A, 2, {m, columns}), kFloat32, &q}, {shape(*A, 2, {columns, n}), kFloat32, &r},
+                       {shape(*A, 0), kFloat32, &work}, {shape(*A, 2, {k}), kFloat32, &tau}})) {
     return Error::MemoryAllocationFailed;
   }
   const int64_t matrices = batch_count(*A, 2);
@@ -343,7 +321,8 @@ extern "C" AOTITorchError aoti_torch_mps_ldl_factor(AOTITensorHandle A, AOTITens
   }
   const int64_t n = A->size(A->dim() - 1);
   AOTITensorHandle &ld = *ret0, &pivots = *ret1, &info = *ret2;
-  if (!allocate(shim, {{shape(*A, 0), kFloat, &ld}, {shape(*A, 1), kInt, &pivots}, {shape(*A, 2), kInt, &info}})) {
+  if (!allocate(shim, {{shape(*A, 0), kFloat32, &ld}, {shape(*A, 1), kInt32, &pivots},
+                       {shape(*A, 2), kInt32, &info}})) {
     return Error::MemoryAllocationFailed;
   }
   const int64_t matrices = batch_count(*A, 2);
@@ -367,7 +346,7 @@ extern "C" AOTITorchError aoti_torch_mps_linalg_check_errors(AOTITensorHandle in
     ET_LOG(Error, "%s: null argument", shim);
     return Error::InvalidArgument;
   }
-  if (static_cast<int32_t>(info->scalar_type()) != kInt || !is_contiguous(*info)) {
+  if (static_cast<int32_t>(info->scalar_type()) != kInt32 || !is_contiguous(*info)) {
     ET_LOG(Error, "%s: info must be a contiguous int32 tensor", shim);
     return Error::InvalidArgument;
   }

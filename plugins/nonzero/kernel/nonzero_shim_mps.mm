@@ -16,8 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "shimkit/dense.h"
-#include "shimkit/dtype.h"
+#include "shimkit/metal_adapter.h"
 
 extern "C" const char shimkit_msl_source_nonzero[];
 
@@ -27,38 +26,20 @@ namespace backends {
 namespace metal {
 namespace {
 
-// c10::DeviceType::MPS: the runtime keeps every tensor in Metal buffers.
-constexpr int32_t kMps = 13;
-
-using shimkit::is_contiguous;
+constexpr const char* kShim = "aoti_torch_mps_nonzero";
 
 Error empty_int64(const std::vector<int64_t>& sizes, AOTITensorHandle* out) {
-  std::vector<int64_t> strides(sizes.size());
-  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1, stride = 1; d >= 0; --d) {
-    strides[d] = stride;
-    stride *= sizes[d];
-  }
-  return aoti_torch_empty_strided(static_cast<int64_t>(sizes.size()), sizes.data(), strides.data(), /*int64*/ 4,
-                                  kMps, 0, out);
+  return shimkit_adapter::empty_contiguous(sizes, shimkit::scalar_types::kInt64, out);
 }
 
 }  // namespace
 
 extern "C" AOTITorchError aoti_torch_mps_nonzero(AOTITensorHandle self, AOTITensorHandle* ret0) {
-  if (self == nullptr || ret0 == nullptr) {
-    ET_LOG(Error, "aoti_torch_mps_nonzero: null tensor handle");
-    return Error::InvalidArgument;
-  }
+  if (!shimkit_adapter::non_null(kShim, {self, ret0})) return Error::InvalidArgument;
   Tensor* input = self;
-  const char* type = shimkit::msl_type_name(static_cast<int32_t>(input->scalar_type()));
-  if (type == nullptr) {
-    ET_LOG(Error, "aoti_torch_mps_nonzero: dtype %d has no nonzero variant", static_cast<int>(input->scalar_type()));
-    return Error::NotSupported;
-  }
-  if (!is_contiguous(*input)) {
-    ET_LOG(Error, "aoti_torch_mps_nonzero: self must be contiguous");
-    return Error::NotSupported;
-  }
+  const char* type = shimkit_adapter::msl_variant_type(kShim, "nonzero", *input);
+  if (type == nullptr) return Error::NotSupported;
+  if (!shimkit_adapter::check_contiguous(kShim, "self", *input)) return Error::NotSupported;
   const int64_t ndim = input->dim();
   const int64_t numel = input->numel();
   if (numel == 0) {
@@ -67,7 +48,7 @@ extern "C" AOTITorchError aoti_torch_mps_nonzero(AOTITensorHandle self, AOTITens
   static std::unique_ptr<ETMetalShaderLibrary> library(new ETMetalShaderLibrary(shimkit_msl_source_nonzero));
   auto kernel = library->getKernelFunction(std::string("nonzero_") + type);
   if (!kernel) {
-    ET_LOG(Error, "aoti_torch_mps_nonzero: the MSL library has no nonzero_%s", type);
+    ET_LOG(Error, "%s: the MSL library has no nonzero_%s", kShim, type);
     return Error::NotSupported;
   }
   std::vector<int64_t> sizes(input->sizes().begin(), input->sizes().end());
@@ -77,7 +58,7 @@ extern "C" AOTITorchError aoti_torch_mps_nonzero(AOTITensorHandle self, AOTITens
   if (empty_int64({1}, &total) != Error::Ok ||
       empty_int64({static_cast<int64_t>(sizes.size())}, &sizes_tensor) != Error::Ok) {
     if (total != nullptr) aoti_torch_delete_tensor_object(total);
-    ET_LOG(Error, "aoti_torch_mps_nonzero: could not allocate the count");
+    ET_LOG(Error, "%s: could not allocate the count", kShim);
     return Error::MemoryAllocationFailed;
   }
   std::copy(sizes.begin(), sizes.end(), sizes_tensor->mutable_data_ptr<int64_t>());
@@ -101,7 +82,7 @@ extern "C" AOTITorchError aoti_torch_mps_nonzero(AOTITensorHandle self, AOTITens
   if (empty_int64({count, ndim}, &coordinates) != Error::Ok) {
     aoti_torch_delete_tensor_object(total);
     aoti_torch_delete_tensor_object(sizes_tensor);
-    ET_LOG(Error, "aoti_torch_mps_nonzero: could not allocate the result");
+    ET_LOG(Error, "%s: could not allocate the result", kShim);
     return Error::MemoryAllocationFailed;
   }
   if (count > 0) {

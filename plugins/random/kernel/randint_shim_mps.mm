@@ -19,6 +19,8 @@
 #include <random>
 #include <string>
 
+#include "shimkit/metal_adapter.h"
+
 extern "C" const char shimkit_msl_source_randint[];
 
 // In the runtime's namespace, as its own shims: AOTITensorHandle, Tensor, ETMetalShaderLibrary.
@@ -26,8 +28,6 @@ namespace executorch {
 namespace backends {
 namespace metal {
 namespace {
-
-constexpr int32_t kLong = 4;
 
 int64_t next_seed() {
   static std::mutex mutex;
@@ -50,7 +50,7 @@ extern "C" AOTITorchError aoti_torch_mps_randint_low_out(AOTITensorHandle out, i
     return Error::InvalidArgument;
   }
   Tensor* result = out;
-  if (static_cast<int32_t>(result->scalar_type()) != kLong) {
+  if (static_cast<int32_t>(result->scalar_type()) != shimkit::scalar_types::kInt64) {
     ET_LOG(Error, "aoti_torch_mps_randint_low_out: out must be int64 (Inductor's seeds), got dtype %d",
            static_cast<int>(result->scalar_type()));
     return Error::NotSupported;
@@ -65,14 +65,7 @@ extern "C" AOTITorchError aoti_torch_mps_randint_low_out(AOTITensorHandle out, i
     ET_LOG(Error, "aoti_torch_mps_randint_low_out: out's shape differs from size (resizing out is not supported)");
     return Error::NotSupported;
   }
-  int64_t expected_stride = 1;
-  for (int64_t d = result->dim() - 1; d >= 0; --d) {
-    if (result->size(d) != 1 && result->strides()[d] != expected_stride) {
-      ET_LOG(Error, "aoti_torch_mps_randint_low_out: out must be contiguous");
-      return Error::NotSupported;
-    }
-    expected_stride *= result->size(d);
-  }
+  if (!shimkit_adapter::check_contiguous("aoti_torch_mps_randint_low_out", "out", *result)) return Error::NotSupported;
   if (numel == 0) {
     return Error::Ok;
   }

@@ -14,8 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "shimkit/dense.h"
-#include "shimkit/dtype.h"
+#include "shimkit/metal_adapter.h"
 
 extern "C" const char shimkit_msl_source_sort[];
 
@@ -25,55 +24,36 @@ namespace backends {
 namespace metal {
 namespace {
 
-// c10::DeviceType::MPS: the runtime keeps every tensor in Metal buffers.
-constexpr int32_t kMps = 13;
-
-using shimkit::is_contiguous;
+constexpr const char* kShim = "aoti_torch_mps_sort_stable";
 
 }  // namespace
 
 extern "C" AOTITorchError aoti_torch_mps_sort_stable(AOTITensorHandle self, int32_t* /*stable: always*/,
                                                      int64_t dim, int32_t descending,
                                                      AOTITensorHandle* ret0, AOTITensorHandle* ret1) {
-  if (self == nullptr || ret0 == nullptr || ret1 == nullptr) {
-    ET_LOG(Error, "aoti_torch_mps_sort_stable: null tensor handle");
-    return Error::InvalidArgument;
-  }
+  if (!shimkit_adapter::non_null(kShim, {self, ret0, ret1})) return Error::InvalidArgument;
   Tensor* input = self;
   const int64_t rank = input->dim();
   const int64_t wrapped = dim < 0 ? dim + (rank == 0 ? 1 : rank) : dim;
   if (wrapped < 0 || wrapped >= (rank == 0 ? 1 : rank)) {
-    ET_LOG(Error, "aoti_torch_mps_sort_stable: dim %lld out of range for a %lld-d tensor",
-           static_cast<long long>(dim), static_cast<long long>(rank));
+    ET_LOG(Error, "%s: dim %lld out of range for a %lld-d tensor", kShim, static_cast<long long>(dim),
+           static_cast<long long>(rank));
     return Error::InvalidArgument;
   }
-  const char* type = shimkit::msl_type_name(static_cast<int32_t>(input->scalar_type()));
-  if (type == nullptr) {
-    ET_LOG(Error, "aoti_torch_mps_sort_stable: dtype %d has no sort_stable variant",
-           static_cast<int>(input->scalar_type()));
-    return Error::NotSupported;
-  }
-  if (!is_contiguous(*input)) {
-    ET_LOG(Error, "aoti_torch_mps_sort_stable: self must be contiguous");
-    return Error::NotSupported;
-  }
+  const char* type = shimkit_adapter::msl_variant_type(kShim, "sort_stable", *input);
+  if (type == nullptr) return Error::NotSupported;
+  if (!shimkit_adapter::check_contiguous(kShim, "self", *input)) return Error::NotSupported;
   const int64_t size = rank == 0 ? 1 : input->size(wrapped);
   int64_t inner = 1;
   for (int64_t d = wrapped + 1; d < rank; ++d) inner *= input->size(d);
 
-  std::vector<int64_t> sizes(input->sizes().begin(), input->sizes().end());
-  std::vector<int64_t> strides(rank);
-  for (int64_t d = rank - 1, stride = 1; d >= 0; --d) {
-    strides[d] = stride;
-    stride *= sizes[d];
-  }
+  const std::vector<int64_t> sizes(input->sizes().begin(), input->sizes().end());
   AOTITensorHandle values = nullptr;
   AOTITensorHandle indices = nullptr;
-  if (aoti_torch_empty_strided(rank, sizes.data(), strides.data(), static_cast<int32_t>(input->scalar_type()), kMps,
-                               0, &values) != Error::Ok ||
-      aoti_torch_empty_strided(rank, sizes.data(), strides.data(), /*int64*/ 4, kMps, 0, &indices) != Error::Ok) {
+  if (shimkit_adapter::empty_contiguous(sizes, static_cast<int32_t>(input->scalar_type()), &values) != Error::Ok ||
+      shimkit_adapter::empty_contiguous(sizes, shimkit::scalar_types::kInt64, &indices) != Error::Ok) {
     if (values != nullptr) aoti_torch_delete_tensor_object(values);
-    ET_LOG(Error, "aoti_torch_mps_sort_stable: could not allocate the results");
+    ET_LOG(Error, "%s: could not allocate the results", kShim);
     return Error::MemoryAllocationFailed;
   }
   if (input->numel() > 0) {
@@ -82,7 +62,7 @@ extern "C" AOTITorchError aoti_torch_mps_sort_stable(AOTITensorHandle self, int3
     if (!kernel) {
       aoti_torch_delete_tensor_object(values);
       aoti_torch_delete_tensor_object(indices);
-      ET_LOG(Error, "aoti_torch_mps_sort_stable: the MSL library has no sort_stable_%s", type);
+      ET_LOG(Error, "%s: the MSL library has no sort_stable_%s", kShim, type);
       return Error::NotSupported;
     }
     kernel->runCommandBlock([&] {

@@ -2,7 +2,7 @@
 
 POCL's work-group loops keep a variable that every work-item computes alike as one value for the group
 (``VariableUniformityAnalysis``), and run a loop or branch whose condition is such a value as ordinary
-control flow around the loops over the threads. ``loops.py`` does the same with what this module finds: a
+control flow around the loops over the threads. The work-group loops do the same with what this module finds: a
 uniform variable is one value in the group function, its assignments run once per group, and an ``if`` or
 loop with a barrier whose condition is uniform runs at group level, with no per-thread mask. The tree
 reduction ``for (uint s = size / 2; s > 0; s /= 2) { ...; threadgroup_barrier(...); }`` becomes one C++
