@@ -27,7 +27,6 @@ import hashlib
 import json
 import os
 import sys
-import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
@@ -100,20 +99,18 @@ class AuditCache:
             print(f"shimkit audit: the cache is not used: {error}", file=sys.stderr)
 
 
-def audit_key(exported: Any, example_inputs: Iterable[Any], *, plugins: bool, check_numerics: bool | str,
-              target: str, registry: Any, float64: str = "refuse") -> str:
-    """The digest of everything that decides one model's audit report (see the module docstring)."""
+def audit_key(exported: Any, example_inputs: Iterable[Any], options: Any, registry: Any) -> str:
+    """The digest of everything that decides one model's audit report (see the module docstring) under
+    ``options`` (an :class:`~shimkit.audit.options.AuditOptions`)."""
     digest = hashlib.sha256()
-    for part in (f"format={CACHE_FORMAT}", _environment(), f"plugins={plugins}",
-                 f"check_numerics={check_numerics}", f"target={target}", f"float64={float64}",
-                 registry_fingerprint(registry)):
+    for part in (f"format={CACHE_FORMAT}", _environment(), options.key(), registry_fingerprint(registry)):
         digest.update(part.encode())
         digest.update(b"\0")
-    if check_numerics == "execute":  # the runtime the programs link and the MSL translation decide too
+    if options.numerics.value == "execute":  # the runtime the programs link and the MSL translation decide too
         from shimkit.metal.program import runtime_fingerprint
 
         digest.update(runtime_fingerprint().encode())
-    _hash_program(digest, exported, example_inputs, with_values=bool(check_numerics))
+    _hash_program(digest, exported, example_inputs, with_values=bool(options.numerics))
     return digest.hexdigest()
 
 
@@ -207,49 +204,3 @@ def _environment() -> str:
             sources.update(tree_digest(folder, ("*.py",)).encode())
     return (f"python={sys.version_info[:3]} torch={torch.__version__} executorch={version('executorch')} "
             f"shimkit={shimkit.__version__} sources={sources.hexdigest()}")
-
-
-def audit_entry(spec: str, *, plugins: bool, check_numerics: bool | str, target: Any, cache: AuditCache | None,
-                registry: Any | None = None, float64: str = "refuse") -> dict[str, Any]:
-    """One model's ``--json`` report entry, from ``cache`` when an identical audit is stored there (the
-    entry then says ``"cached": true``), else audited and stored. A model that does not load or export is
-    audited as usual (its failure is the report) and not cached."""
-    from shimkit.audit.loader import load_model
-    from shimkit.audit.report import to_json
-    from shimkit.audit.runner import AuditRun, audit_loaded, export_model, run_audit
-
-    if registry is None:
-        from shimkit.backend import get_registry
-
-        registry = get_registry()
-    if cache is None:
-        return to_json(run_audit([spec], plugins=plugins, registry=registry, check_numerics=check_numerics,
-                                 target=target, float64=float64))["models"][0]
-    try:
-        loaded = load_model(spec)
-        started = time.perf_counter()
-        exported = export_model(loaded)
-        export_seconds = time.perf_counter() - started
-    except (Exception, SystemExit):  # the uncached audit below reports the failure as usual
-        return to_json(run_audit([spec], plugins=plugins, registry=registry, check_numerics=check_numerics,
-                                 target=target, float64=float64))["models"][0]
-    try:
-        key = audit_key(exported, loaded.example_inputs or exported.example_inputs[0], plugins=plugins,
-                        check_numerics=check_numerics, target=target.name, registry=registry, float64=float64)
-    except Exception as error:  # the cache only saves time: a model it cannot key is audited, not failed
-        print(f"shimkit audit: {spec} is not cached: its cache key failed: {type(error).__name__}: {error}",
-              file=sys.stderr)
-        key = None
-    stored = cache.get(key) if key is not None else None
-    if stored is not None:
-        return {**stored, "name": spec, "cached": True}
-    loaded.exported = exported
-    config = registry.backend_config(target.device) if plugins else None
-    audit = audit_loaded(loaded, config=config, check_numerics=check_numerics, target=target, float64=float64)
-    audit.timings["export"] = export_seconds
-    entry = to_json(AuditRun([audit], plugins, registry, config, target=target))["models"][0]
-    # What this machine could not finish (an unusable build folder, a timeout, a full disk) is no answer to
-    # keep: the next run on a mended machine audits it again.
-    if key is not None and entry["status"] not in ("interrupted", "unchecked", "error"):
-        cache.put(key, entry)
-    return entry

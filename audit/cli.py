@@ -184,37 +184,36 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
 
     from shimkit.audit.fake_mps import AuditEnvironmentError, check_torch_version
     from shimkit.audit.cache import AuditCache, default_cache_dir
-    from shimkit.audit.numerics import EXECUTE
+    from shimkit.audit.options import AuditOptions, Numerics
     from shimkit.audit.parallel import audit_in_process, audit_in_workers, shard
-    from shimkit.audit.report import document_of, to_json
-    from shimkit.audit.runner import run_audit
+    from shimkit.audit.report import document_of
     from shimkit.audit.suites import SuiteError, suite_models
     from shimkit.audit.targets import TARGETS, TargetUnavailableError
     from shimkit.registry import ShimkitPluginError
 
-    target = TARGETS[getattr(args, "backend", "metal")]
-    execute = getattr(args, "execute", False)
+    target = TARGETS[args.backend]
+    execute = args.execute
     if execute and target.device != "mps":
         stderr.write("shimkit audit: --execute runs generated Metal programs; --backend cuda checks numerics on the "
                      "GPU with --check-numerics\n")
         return EXIT_INCOMPLETE
-    numerics = EXECUTE if execute else args.check_numerics
-    float64 = getattr(args, "float64", "refuse")
+    options = AuditOptions(plugins=not args.no_plugins, target=target, float64=args.float64,
+                           numerics=Numerics.EXECUTE if execute else args.check_numerics)
     try:
         check_torch_version()
         target.check_available()
     except (AuditEnvironmentError, TargetUnavailableError) as error:
         stderr.write(f"shimkit audit: {error}\n")
         return EXIT_INCOMPLETE
-    suites = getattr(args, "suite", [])
+    suites = args.suite
     try:
         suite_specs = [spec for argument in suites for spec in suite_models(argument)]
     except SuiteError as error:
         stderr.write(f"shimkit audit: {error}\n")
         return EXIT_INCOMPLETE
     specs = [*args.models, *suite_specs] if args.models or suite_specs else list(ZOO)
-    jobs = getattr(args, "jobs", 1)
-    if getattr(args, "shard", None):
+    jobs = args.jobs
+    if args.shard:
         try:
             specs = shard(specs, args.shard)
         except ValueError as error:
@@ -224,35 +223,30 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
         stderr.write(f"shimkit audit: -j takes a positive number of workers, got {jobs}\n")
         return EXIT_INCOMPLETE
     progress = None if args.quiet else _progress(stderr)
-    cache = None if getattr(args, "no_cache", False) else AuditCache(getattr(args, "cache_dir", None)
+    cache = None if args.no_cache else AuditCache(args.cache_dir
                                                                      or default_cache_dir())
-    timeout = getattr(args, "timeout", None)
+    timeout = args.timeout
     # A timeout can only stop a process, and a compiled program that crashes (--execute) must take down a
     # worker, not the audit: then even one model goes to a worker.
-    in_workers = bool(specs) and ((jobs > 1 and len(specs) > 1) or timeout is not None or numerics == EXECUTE)
+    in_workers = bool(specs) and ((jobs > 1 and len(specs) > 1) or timeout is not None
+                                  or options.numerics is Numerics.EXECUTE)
     try:
         # What models and factories print goes to stderr: stdout carries the report alone.
-        with _quiet_libraries(), _pickle_trust(getattr(args, "trust_pickle", False)), \
+        with _quiet_libraries(), _pickle_trust(args.trust_pickle), \
                 contextlib.redirect_stdout(stderr):
-            def audit(plugins: bool) -> dict:
+            def audit(options: AuditOptions) -> dict:
                 if in_workers:
-                    models, interrupted = audit_in_workers(
-                        specs, plugins=plugins, check_numerics=numerics, jobs=min(jobs, len(specs)),
-                        timeout=timeout, target=target, on_progress=progress, cache=cache, float64=float64)
-                    return document_of(models, plugins=plugins, interrupted=interrupted, target=target)
-                if cache is not None:
-                    models, interrupted = audit_in_process(specs, plugins=plugins, check_numerics=numerics,
-                                                           target=target, cache=cache, on_progress=progress,
-                                                           float64=float64)
-                    return document_of(models, plugins=plugins, interrupted=interrupted, target=target)
-                return to_json(run_audit(specs, plugins=plugins, on_progress=progress,
-                                         check_numerics=numerics, target=target, float64=float64))
+                    models, interrupted = audit_in_workers(specs, options, jobs=min(jobs, len(specs)),
+                                                           timeout=timeout, on_progress=progress, cache=cache)
+                else:
+                    models, interrupted = audit_in_process(specs, options, cache=cache, on_progress=progress)
+                return document_of(models, plugins=options.plugins, interrupted=interrupted, target=target)
 
-            document = audit(not args.no_plugins)
+            document = audit(options)
             if not args.no_plugins:
                 document["plugin_conflicts"], document["plugin_problems"] = _plugin_report(target, stderr)
-            if getattr(args, "report", None):
-                stock = document if args.no_plugins else audit(False)
+            if args.report:
+                stock = document if args.no_plugins else audit(options.stock())
                 with open(args.report, "w", encoding="utf-8") as handle:
                     handle.write(coverage_table(document, stock))
     except ShimkitPluginError as error:
@@ -356,7 +350,7 @@ def _interrupted_report(args: argparse.Namespace, when: str) -> dict[str, Any]:
     models = [failure_entry(specs[0], TaskFailure("interrupted", f"KeyboardInterrupt: interrupted {when}", 0.0))
               ] if specs else []
     return document_of(models, plugins=not args.no_plugins, interrupted=True,
-                       target=TARGETS[getattr(args, "backend", "metal")])
+                       target=TARGETS[args.backend])
 
 
 @contextlib.contextmanager

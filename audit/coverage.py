@@ -34,6 +34,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
+from shimkit.audit.options import AuditOptions, Numerics
 from shimkit.audit.workers import TaskFailure, run_tasks
 
 STATUSES = ("clean", "missing", "pre-backend", "limitation", "error", "not-exportable", "no-sample", "timeout")
@@ -123,10 +124,10 @@ def _status(audit: Any) -> tuple[str, str]:
     return "error", f"{failure.phase}: {message}"
 
 
-def audit_op(name: str, dtype_name: str, *, float64: str = "refuse", check_numerics: bool = False) -> OpResult:
-    """Audit one OpInfo op stock and with shimkit (in this process); ``float64`` is the audit's float64
-    policy for the shimkit run; ``check_numerics`` holds a clean lowering to eager's numbers too (a result
-    that is not is "wrong", its error the detail)."""
+def audit_op(name: str, dtype_name: str, options: AuditOptions = AuditOptions()) -> OpResult:
+    """Audit one OpInfo op stock and with shimkit (in this process) under ``options`` (their float64 policy
+    decides the shimkit run; with numerics, a clean lowering must match eager's numbers too: a result that
+    does not is "wrong", its error the detail)."""
     import torch
 
     from shimkit.audit.loader import LoadedModel
@@ -154,7 +155,7 @@ def audit_op(name: str, dtype_name: str, *, float64: str = "refuse", check_numer
             return OpResult(name, dtype_name, "not-exportable", "not-exportable", detail, detail,
                             time.perf_counter() - start)
         audit = audit_loaded(LoadedModel(name, exported=exported), config=config,
-                             float64=float64 if config is not None else "refuse", check_numerics=check_numerics)
+                             options=options if config is not None else options.stock())
         results.append(_status(audit))
     (stock, stock_detail), (shimkit, shimkit_detail) = results
     return OpResult(name, dtype_name, stock, shimkit, stock_detail, shimkit_detail, time.perf_counter() - start)
@@ -243,7 +244,8 @@ def _held_back(op: str) -> str | None:
 def float64_opt_in(results: list[OpResult]) -> list[OpResult]:
     """The ops that fail with shimkit only because Metal has no float64, audited again (in this process) with
     the float64 policy ``float32`` and their numbers checked against float64 eager."""
-    return [audit_op(r.op, r.dtype, float64="float32", check_numerics=True) for r in results
+    options = AuditOptions(numerics=Numerics.CHECK, float64="float32")
+    return [audit_op(r.op, r.dtype, options) for r in results
             if r.shimkit == "error" and "float64" in r.shimkit_detail]
 
 

@@ -41,10 +41,6 @@ CPU = torch.device("cpu")
 TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 
 
-# ``check_numerics=EXECUTE``: the generated Metal programs themselves, compiled and run on the CPU
-# (:mod:`shimkit.metal.program`), stand in for the delegates instead of their FX graphs on ATen.
-EXECUTE = "execute"
-
 
 class NumericsUnavailable(RuntimeError):
     """The program cannot be run as captured (the message says why): the check has no verdict, and the

@@ -13,9 +13,10 @@ import functools
 import json
 from typing import Any, Callable, Sequence
 
-from shimkit.audit.cache import AuditCache, audit_entry
+from shimkit.audit.cache import AuditCache
+from shimkit.audit.options import AuditOptions
 from shimkit.audit.report import SCHEMA_VERSION, document_of, target_of
-from shimkit.audit.targets import METAL, TARGETS, Target
+from shimkit.audit.targets import Target
 from shimkit.audit.workers import TaskFailure, run_tasks
 
 
@@ -39,32 +40,32 @@ def shard(specs: Sequence[str], selector: str) -> list[str]:
     return [spec for position, spec in enumerate(specs) if position % count == index - 1]
 
 
-def _audit_one(spec: str, plugins: bool, check_numerics: bool | str, target_name: str = METAL.name,
-               cache: AuditCache | None = None, float64: str = "refuse") -> dict[str, Any]:
+def _audit_one(spec: str, options: AuditOptions, cache: AuditCache | None = None) -> dict[str, Any]:
     import contextlib
     import sys
     import warnings
 
     with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
         warnings.simplefilter("ignore")
-        return audit_entry(spec, plugins=plugins, check_numerics=check_numerics, target=TARGETS[target_name],
-                           cache=cache, float64=float64)
+        from shimkit.audit.entry import audit_model
+
+        return audit_model(spec, options, cache=cache)
 
 
-def audit_in_process(specs: Sequence[str], *, plugins: bool, check_numerics: bool | str, target: Target = METAL,
-                     cache: AuditCache | None = None,
-                     on_progress: Callable[[int, int, str, dict[str, Any] | None], None] | None = None,
-                     float64: str = "refuse") -> tuple[list[dict[str, Any]], bool]:
+def audit_in_process(specs: Sequence[str], options: AuditOptions, *, cache: AuditCache | None = None,
+                     on_progress: Callable[[int, int, str, dict[str, Any] | None], None] | None = None
+                     ) -> tuple[list[dict[str, Any]], bool]:
     """:func:`audit_in_workers` in this process, one model after the other (``-j 1`` without ``--timeout`` or
     ``--execute``)."""
+    from shimkit.audit.entry import audit_model
+
     models: list[dict[str, Any]] = []
     index = 0
     try:
         for index, spec in enumerate(specs):
             if on_progress:
                 on_progress(index, len(specs), spec, None)
-            models.append(audit_entry(spec, plugins=plugins, check_numerics=check_numerics, target=target,
-                                      cache=cache, float64=float64))
+            models.append(audit_model(spec, options, cache=cache))
             if on_progress:
                 on_progress(index, len(specs), spec, models[-1])
     except KeyboardInterrupt:
@@ -92,21 +93,20 @@ def failure_entry(spec: str, failure: TaskFailure) -> dict[str, Any]:
             "declines": [], "precision": [], "cached": False}
 
 
-def audit_in_workers(specs: Sequence[str], *, plugins: bool, check_numerics: bool | str, jobs: int,
-                     timeout: float | None, target: Target = METAL,
+def audit_in_workers(specs: Sequence[str], options: AuditOptions, *, jobs: int, timeout: float | None,
                      on_progress: Callable[[int, int, str, dict[str, Any] | None], None] | None = None,
-                     cache: AuditCache | None = None, float64: str = "refuse") -> tuple[list[dict[str, Any]], bool]:
+                     cache: AuditCache | None = None) -> tuple[list[dict[str, Any]], bool]:
     """Every model of ``specs`` audited in ``jobs`` worker processes (:mod:`shimkit.audit.workers`): their
     report entries, in order, and whether Ctrl-C cut the run short (the entries then end with the model
     it interrupted)."""
     # Workers fork from this process and run torch single-threaded (GNU OpenMP's thread pool does not
     # survive a fork). CUDA does not survive one either: workers that lower on a real GPU start afresh, one
     # per model, so that a CUDA fault in one model (it poisons the process's context) cannot fail the next.
-    return run_tasks(functools.partial(_audit_one, plugins=plugins, check_numerics=check_numerics,
-                                       target_name=target.name, cache=cache, float64=float64),
+    fake_device = options.target.fake_device
+    return run_tasks(functools.partial(_audit_one, options=options, cache=cache),
                      specs, jobs=jobs, timeout=timeout, on_failure=failure_entry, initializer=_single_threaded_torch,
-                     start_method="fork" if target.fake_device else "spawn",
-                     tasks_per_worker=None if target.fake_device else 1, on_progress=on_progress)
+                     start_method="fork" if fake_device else "spawn",
+                     tasks_per_worker=None if fake_device else 1, on_progress=on_progress)
 
 
 def merge_reports(paths: Sequence[str]) -> dict[str, Any]:

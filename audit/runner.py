@@ -25,6 +25,7 @@ from shimkit._interrupts import is_ctrl_c, telling_ctrl_c_apart
 from shimkit._patching import ScopedPatches
 from shimkit.audit.fake_mps import fake_mps_lowering
 from shimkit.audit.numerics import NumericsReport, NumericsUnavailable
+from shimkit.audit.options import AuditOptions, Numerics
 from shimkit.audit.loader import LoadedModel
 from shimkit.audit.names import check_program
 from shimkit.passes.aliased_constants import merge_constants_aliasing_buffers
@@ -32,7 +33,6 @@ from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder, graph_
 from shimkit.audit.speed import cia_ops_materialized_once
 from shimkit.audit.targets import METAL, Target
 from shimkit.passes.decompose import Decline, recording_declines
-from shimkit.passes.float64 import POLICIES as FLOAT64_POLICIES
 from shimkit.passes.float64 import PrecisionChange, lower_float64_as_float32
 
 PHASES = ("export", "to_edge", "backend_passes", "inductor", "codegen", "numerics")
@@ -235,33 +235,30 @@ def export_model(loaded: LoadedModel) -> torch.export.ExportedProgram:
     return exported
 
 
-def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = True,
-                 check_numerics: bool | str = False, target: Target = METAL, float64: str = "refuse") -> ModelAudit:
-    """Audit one loaded model with ``target``'s backend configured from ``config`` (a registry
-    ``BackendConfig``); ``None`` audits the stock upstream backend. ``speedups=False``
+def audit_loaded(loaded: LoadedModel, *, config: Any | None, options: AuditOptions = AuditOptions()) -> ModelAudit:
+    """Audit one loaded model with ``options.target``'s backend configured from ``config`` (a registry
+    ``BackendConfig``); ``None`` audits the stock upstream backend. ``options.speedups=False``
     leaves out :mod:`shimkit.audit.speed` (same report, slower; for comparing the two).
-    ``check_numerics`` also runs the programs handed to Inductor against eager: on the CPU for Metal,
-    compiled by AOTInductor on the GPU for CUDA (:mod:`shimkit.audit.numerics`); ``check_numerics="execute"``
+    ``Numerics.CHECK`` also runs the programs handed to Inductor against eager: on the CPU for Metal,
+    compiled by AOTInductor on the GPU for CUDA (:mod:`shimkit.audit.numerics`); ``Numerics.EXECUTE``
     (Metal) compiles the generated Metal programs and runs those instead (:mod:`shimkit.metal.program`).
     ``float64="float32"`` lowers float64 computation as float32 with shimkit's plugins
     (:mod:`shimkit.passes.float64`), listing every node it changed in ``precision``; the stock backend is
     audited as it is."""
-    if float64 not in FLOAT64_POLICIES:
-        raise ValueError(f"float64 must be one of {FLOAT64_POLICIES}, got {float64!r}")
     audit = ModelAudit(loaded.name, plugins=config is not None)
     clock = _PhaseClock()
     leftovers = _LoweringLeftovers()
     watch = _LoweringWatch(current_phase="export")
     recorder = KernelRecorder()
     with contextlib.ExitStack() as speed:
-        if speedups:
+        if options.speedups:
             speed_patches = ScopedPatches()
             speed.callback(speed_patches.undo)
             cia_ops_materialized_once(speed_patches)
         speed.callback(leftovers.release)
         with telling_ctrl_c_apart() as ctrl_c:
             try:
-                _audit_into(audit, loaded, config, clock, watch, recorder, check_numerics, target, float64)
+                _audit_into(audit, loaded, config, clock, watch, recorder, options)
             except KeyboardInterrupt as error:
                 if is_ctrl_c(error, ctrl_c):
                     raise
@@ -272,9 +269,10 @@ def audit_loaded(loaded: LoadedModel, *, config: Any | None, speedups: bool = Tr
 
 
 def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, clock: _PhaseClock,
-                watch: _LoweringWatch, recorder: KernelRecorder, check_numerics: bool | str = False,
-                target: Target = METAL, float64: str = "refuse") -> None:
+                watch: _LoweringWatch, recorder: KernelRecorder, options: AuditOptions) -> None:
     from executorch.exir import to_edge_transform_and_lower
+
+    target, numerics = options.target, options.numerics
 
     try:
         backend_cls, partitioner_cls = target.classes()
@@ -305,29 +303,29 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
                     unavailable.append(f"copying the program handed to Inductor failed: "
                                        f"{type(error).__name__}: {error}")
 
-            _watch_lowering(patches, backend_cls, clock, audit, watch, to_inductor if check_numerics else None)
+            _watch_lowering(patches, backend_cls, clock, audit, watch, to_inductor if numerics else None)
             audit.supported = frozenset(backend_cls.get_supported_fallback_kernels())
             with clock.phase("to_edge"):
-                options = {}
+                edge_options = {}
                 if config is not None:  # what a user runs around stock to_edge (README, "Before to_edge")
-                    if float64 == "float32":
-                        if loaded.model is None and check_numerics:  # eager is the program as exported
+                    if options.float64 == "float32":
+                        if loaded.model is None and numerics:  # eager is the program as exported
                             float64_eager = copy.deepcopy(exported).module()
                         exported, audit.precision = lower_float64_as_float32(exported)
                     exported = config.prepare_for_edge(exported)
-                    options["compile_config"] = config.edge_compile_config()
+                    edge_options["compile_config"] = config.edge_compile_config()
                 lowered = to_edge_transform_and_lower(
                     exported,
                     partitioner=[partitioner_cls([backend_cls.generate_method_name_compile_spec("forward")])],
-                    **options,
+                    **edge_options,
                 )
     except (Exception, SystemExit) as error:  # sys.exit() in a model's forward ends this model only
         if audit.upstream_errors and not target.fake_device:
             return  # the real backend cannot go on without the missing kernels, already recorded
         audit.failure = _describe_failure(error, watch)
         return
-    if check_numerics:
-        executing = check_numerics == numerics_check.EXECUTE
+    if numerics:
+        executing = numerics is Numerics.EXECUTE
         with clock.phase("numerics"):
             try:
                 eager = loaded.model if loaded.model is not None else float64_eager or exported.module()
@@ -421,16 +419,18 @@ class AuditRun:
     target: Target = METAL
 
 
-def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = None,
-              speedups: bool = True, check_numerics: bool | str = False, target: Target = METAL,
+def run_audit(specs: list[str], options: AuditOptions | None = None, *, registry: Any | None = None,
               on_progress: Callable[[int, int, str, ModelAudit | None], None] | None = None,
-              float64: str = "refuse") -> AuditRun:
-    """Audit each MODEL in ``specs``. ``registry`` defaults to the process-wide one; with
-    ``plugins=False`` the stock backend is audited and the registry only informs fix hints.
-    ``on_progress(index, total, name, audit)`` is called before (``audit=None``) and after each.
-    ``speedups=False`` audits without :mod:`shimkit.audit.speed` (identical reports, slower)."""
+              **settings: Any) -> AuditRun:
+    """Audit each MODEL in ``specs`` with ``options``, or with :class:`AuditOptions` built from ``settings``
+    (``run_audit(specs, check_numerics=True)``; ``check_numerics`` is ``numerics``' older name). ``registry``
+    defaults to the process-wide one; with ``plugins=False`` the stock backend is audited and the registry only
+    informs fix hints. ``on_progress(index, total, name, audit)`` is called before (``audit=None``) and after
+    each."""
     from shimkit.audit.loader import ModelLoadError, load_model
 
+    options = options_from(options, settings)
+    plugins, target = options.plugins, options.target
     if registry is None:
         from shimkit.backend import get_registry
 
@@ -448,8 +448,7 @@ def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = 
                 audit = ModelAudit(spec, plugins=plugins,
                                    failure=Failure(kind="error", phase="load", message=str(error)))
             else:
-                audit = audit_loaded(loaded, config=config, speedups=speedups, check_numerics=check_numerics,
-                                     target=target, float64=float64)
+                audit = audit_loaded(loaded, config=config, options=options)
             models.append(audit)
             if on_progress:
                 on_progress(index, len(specs), spec, audit)
@@ -460,3 +459,16 @@ def run_audit(specs: list[str], *, plugins: bool = True, registry: Any | None = 
                 kind="interrupted", phase="interrupted", message="KeyboardInterrupt: the audit was interrupted")))
         return AuditRun(models, plugins, registry, config, interrupted=True, target=target)
     return AuditRun(models, plugins, registry, config, target=target)
+
+
+def options_from(options: AuditOptions | None, settings: dict[str, Any]) -> AuditOptions:
+    """``options``, or the :class:`AuditOptions` of keyword ``settings`` (never both)."""
+    if options is not None:
+        if settings:
+            raise TypeError(f"give AuditOptions or settings, not both (got {', '.join(settings)})")
+        return options
+    if "check_numerics" in settings:
+        settings = dict(settings)
+        settings["numerics"] = settings.pop("check_numerics")
+    return AuditOptions(**settings)
+

@@ -19,13 +19,14 @@ import time
 import warnings
 
 from shimkit.audit.cache import AuditCache
+from shimkit.audit.options import AuditOptions
 from shimkit.audit.parallel import audit_in_process
 from shimkit.audit.zoo import ZOO
 
 
 def _zoo_seconds(cache: AuditCache, check_numerics: bool) -> tuple[float, list[bool]]:
     started = time.perf_counter()
-    models, _ = audit_in_process(list(ZOO), plugins=True, check_numerics=check_numerics, cache=cache)
+    models, _ = audit_in_process(list(ZOO), AuditOptions(numerics=check_numerics), cache=cache)
     return time.perf_counter() - started, [m["cached"] for m in models]
 
 

@@ -42,6 +42,14 @@ class PrecisionChange:
 
 
 POLICIES = ("refuse", "float32")
+DEFAULT_POLICY = "refuse"
+
+
+def check_policy(policy: str) -> str:
+    """``policy`` if it is one of :data:`POLICIES`, else a ``ValueError`` naming them."""
+    if policy not in POLICIES:
+        raise ValueError(f"the float64 policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+    return policy
 
 
 def _has_float64(value: Any) -> bool:

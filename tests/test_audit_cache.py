@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from shimkit.audit.cache import AuditCache, audit_key, registry_fingerprint
+from shimkit.audit.options import AuditOptions
 from shimkit.audit.cli import configure_parser, run
 from shimkit.backend import new_registry
 from shimkit.store import file_digest
@@ -117,8 +118,7 @@ def test_the_key_covers_shapes_dynamic_ranges_and_weights_with_numerics():
     registry = new_registry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"})
 
     def key(exported, inputs, check_numerics=False):
-        return audit_key(exported, inputs, plugins=True, check_numerics=check_numerics, target="metal",
-                         registry=registry)
+        return audit_key(exported, inputs, AuditOptions(numerics=check_numerics), registry)
 
     torch.manual_seed(0)
     model, x = torch.nn.Linear(4, 3), torch.randn(2, 4)
@@ -147,8 +147,7 @@ def test_zero_dimensional_weights_of_any_size_are_keyed_with_numerics():
     exported = torch.export.export(model, (x,))
 
     def key(program):
-        return audit_key(program, (x, torch.tensor(2.5)), plugins=True, check_numerics=True, target="metal",
-                         registry=registry)
+        return audit_key(program, (x, torch.tensor(2.5)), AuditOptions(numerics=True), registry)
 
     before = key(exported)
     tracked = copy.deepcopy(model)
@@ -169,12 +168,12 @@ def _hammer(directory: str, worker: int) -> None:
 
 
 def test_a_model_the_cache_cannot_key_is_audited_and_not_stored(tmp_path, monkeypatch, capsys):
-    import shimkit.audit.cache as cache_module
+    import shimkit.audit.entry as entry_module
 
     def unkeyable(*args, **kwargs):
         raise TypeError("cannot hash this weight")
 
-    monkeypatch.setattr(cache_module, "audit_key", unkeyable)
+    monkeypatch.setattr(entry_module, "audit_key", unkeyable)
     code, document = audit("--cache-dir", str(tmp_path / "cache"), "cumsum")
     assert code == 0 and document["models"][0]["status"] == "clean" and document["models"][0]["cached"] is False
     assert not list((tmp_path / "cache").rglob("*.json"))

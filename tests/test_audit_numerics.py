@@ -12,6 +12,7 @@ from registry_helpers import CLEAN_ENV
 from shimkit.audit import run_audit, to_json
 from shimkit.audit.cli import configure_parser, run
 from shimkit.audit.numerics import _compare, size_plans
+from shimkit.audit.options import AuditOptions
 from shimkit.registry import OpPlugin, hookimpl
 from shimkit.backend import new_registry
 
@@ -112,7 +113,8 @@ def test_derived_dynamic_sizes_are_varied_through_their_symbol():
 
     model, inputs, shapes = doubled_factory()
     audit = audit_loaded(LoadedModel("doubled", model=model, example_inputs=inputs, dynamic_shapes=shapes),
-                         config=new_registry(env=CLEAN_ENV).backend_config("mps"), check_numerics=True)
+                         config=new_registry(env=CLEAN_ENV).backend_config("mps"),
+                         options=AuditOptions(numerics=True))
     checks = audit.numerics.checks
     assert [list(c.sizes.values()) for c in checks] == [[4], [2], [16], [5]]
     assert all(c.ok for c in checks) and "x.shape[0] = 2*" in next(iter(checks[0].sizes))

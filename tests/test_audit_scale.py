@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from shimkit.audit.cli import _progress, configure_parser, run
+from shimkit.audit.options import AuditOptions
 from shimkit.audit.parallel import MergeError, audit_in_workers, merge_reports, shard
 
 import argparse
@@ -192,8 +193,7 @@ def test_ctrl_c_anywhere_in_a_parallel_run_keeps_the_models_done(where, tmp_path
 
     previous = signal.signal(signal.SIGALRM, interrupt)
     try:
-        models, interrupted = audit_in_workers(specs, plugins=True, check_numerics=False, jobs=2, timeout=None,
-                                               on_progress=progress)
+        models, interrupted = audit_in_workers(specs, AuditOptions(), jobs=2, timeout=None, on_progress=progress)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

@@ -16,7 +16,7 @@ import pytest
 
 import shimkit.audit.numerics as numerics_check
 from shimkit.audit import run_audit, to_json
-from shimkit.audit.numerics import EXECUTE
+from shimkit.audit.options import Numerics
 from shimkit.metal import program
 from shimkit.store import EnvironmentFailure
 
@@ -91,7 +91,7 @@ def test_a_program_that_cannot_be_built_here_is_unchecked_never_wrong(tmp_path, 
         raise failure
 
     monkeypatch.setattr(program.MetalProgram, "__init__", cannot_build)
-    code, model = _run(tmp_path, EXECUTE)
+    code, model = _run(tmp_path, Numerics.EXECUTE)
     assert (code, model["status"]) == (2, "unchecked"), model
     assert "could not build or run" in _why(model) and str(failure) in _why(model), _why(model)
 
@@ -101,7 +101,7 @@ def test_any_other_failure_to_build_the_program_is_unchecked(tmp_path, monkeypat
         raise ValueError("adapter path '/x\"y/adapter.mm' cannot be #include-d (quote, backslash or line break)")
 
     monkeypatch.setattr(program.MetalProgram, "__init__", cannot_build)
-    code, model = _run(tmp_path, EXECUTE)
+    code, model = _run(tmp_path, Numerics.EXECUTE)
     assert (code, model["status"]) == (2, "unchecked"), model
     assert "cannot be #include-d" in _why(model)
 
@@ -128,7 +128,7 @@ def test_a_wrong_result_is_still_wrong_with_exit_1(tmp_path, monkeypatch):
         return [outputs[0], outputs[1] + 0.5]
 
     monkeypatch.setattr(program.MetalProgram, "__call__", second_output_off)
-    code, model = _run(tmp_path, EXECUTE)
+    code, model = _run(tmp_path, Numerics.EXECUTE)
     assert (code, model["status"]) == (1, "wrong"), model
     assert "output 1" in model["numerics"]["checks"][0]["error"]
 

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from shimkit.audit.loader import load_model
-from shimkit.audit.numerics import EXECUTE
+from shimkit.audit.options import AuditOptions
 from shimkit.audit.runner import audit_loaded
+from shimkit.csrc.build import INCLUDE_DIR
 from shimkit.metal import program
 
 SHIM_MPS = program.TORCH_INCLUDE / "torch" / "csrc" / "inductor" / "aoti_torch" / "c" / "shim_mps.h"
@@ -40,7 +41,7 @@ def _execute(spec, *, plugins):
     from shimkit.backend import get_registry
 
     config = get_registry().backend_config("mps") if plugins else None
-    return audit_loaded(load_model(spec), config=config, check_numerics=EXECUTE)
+    return audit_loaded(load_model(spec), config=config, options=AuditOptions(numerics="execute"))
 
 
 def test_inductors_reduction_and_elementwise_kernels_run_as_a_whole_program(tmp_path, stock_runtime):
@@ -117,4 +118,15 @@ def test_tensor_handles_round_trip_strided_tensors(stock_runtime):
         stock_runtime.aoti_torch_delete_tensor_object(handle)
     assert copy.stride() == view.stride()
     assert torch.equal(copy, view)
+
+
+def test_tensor_handles_are_on_mps_as_the_sdk_header_numbers_it(stock_runtime):
+    (mps,) = re.findall(r"constexpr int32_t kMps = (\d+);", (INCLUDE_DIR / "shimkit" / "c10_codes.h").read_text())
+    handle = program.tensor_handle(stock_runtime, torch.zeros(2))
+    device = ctypes.c_int32()
+    try:
+        assert stock_runtime.aoti_torch_get_device_type(ctypes.c_void_p(handle), ctypes.byref(device)) == 0
+    finally:
+        stock_runtime.aoti_torch_delete_tensor_object(handle)
+    assert device.value == int(mps)
 

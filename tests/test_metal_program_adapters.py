@@ -36,7 +36,7 @@ import torch
 import shimkit.plugins.sort as sort_plugin
 from shimkit.audit import numerics as numerics_check
 from shimkit.audit.loader import load_model
-from shimkit.audit.numerics import EXECUTE
+from shimkit.audit.options import AuditOptions
 from shimkit.audit.runner import audit_loaded
 from shimkit.backend import get_registry, new_registry
 from shimkit.metal import program
@@ -89,7 +89,7 @@ def test_programs_call_the_runtime_they_were_linked_against_whatever_else_is_loa
 def _execute(spec: str, config=None):
     config = config if config is not None else _config()
     _check_programs_link_their_own_runtime(config)
-    return audit_loaded(load_model(spec), config=config, check_numerics=EXECUTE)
+    return audit_loaded(load_model(spec), config=config, options=AuditOptions(numerics="execute"))
 
 
 def _kernels(audit) -> set[str]:

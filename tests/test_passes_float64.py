@@ -10,6 +10,7 @@ from executorch.exir import to_edge
 
 from shimkit.audit.coverage import audit_op
 from shimkit.audit.loader import LoadedModel
+from shimkit.audit.options import AuditOptions
 from shimkit.audit.report import to_json
 from shimkit.audit.runner import AuditRun, audit_loaded
 from shimkit.backend import get_registry
@@ -78,18 +79,18 @@ def test_the_audit_lists_the_changed_nodes_and_checks_numbers_against_float64_ea
     config = get_registry().backend_config("mps")
     refused = audit_loaded(LoadedModel("mixed", Mixed(), _inputs()), config=config)
     assert refused.status == "error" and "float64" in refused.failure.message and refused.precision == []
-    audit = audit_loaded(LoadedModel("mixed", Mixed(), _inputs()), config=config, float64="float32",
-                         check_numerics=True)
+    audit = audit_loaded(LoadedModel("mixed", Mixed(), _inputs()), config=config,
+                         options=AuditOptions(float64="float32", numerics=True))
     assert audit.status == "clean", (audit.failure, audit.numerics)
     assert audit.numerics.checks and all(check.ok for check in audit.numerics.checks)
     entry = to_json(AuditRun([audit], True, get_registry(), config))["models"][0]
     assert {change["node"] for change in entry["precision"]} >= {"p_scale", "y"}
-    with pytest.raises(ValueError, match="float64 must be one of"):
-        audit_loaded(LoadedModel("mixed", Mixed(), _inputs()), config=config, float64="float16")
+    with pytest.raises(ValueError, match="float64 policy must be one of refuse, float32; got 'float16'"):
+        AuditOptions(float64="float16")
 
 
 @pytest.mark.parametrize("name", FLOAT64_OPS)
 def test_the_opinfo_float64_entries_lower_clean_with_the_opt_in_and_compute_right(name):
-    result = audit_op(name, "float32", float64="float32", check_numerics=True)
+    result = audit_op(name, "float32", AuditOptions(float64="float32", numerics=True))
     assert result.stock == "error" and "float64" in result.stock_detail  # stock and the default fail alike
     assert result.shimkit == "clean" and result.shimkit_detail.startswith("max error"), result

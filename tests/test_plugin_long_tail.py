@@ -12,6 +12,7 @@ from torch.testing._internal.common_methods_invocations import op_db
 
 from shimkit.audit.coverage import audit_op, one_op_model
 from shimkit.audit.loader import LoadedModel
+from shimkit.audit.options import AuditOptions
 from shimkit.audit.runner import audit_loaded
 from shimkit.backend import backend_config
 from shimkit.passes import DecomposeInPlace
@@ -43,7 +44,8 @@ def _audit(name, sample, plugins):
     module, inputs = one_op_model(OPS[name], sample)
     exported = torch.export.export(module, inputs, strict=False)
     config = backend_config("mps") if plugins else None
-    return audit_loaded(LoadedModel(name, exported=exported), config=config, check_numerics=plugins)
+    return audit_loaded(LoadedModel(name, exported=exported), config=config,
+                        options=AuditOptions(numerics=plugins))
 
 
 @pytest.mark.parametrize("name, stock_missing", SWEEP_GAPS)

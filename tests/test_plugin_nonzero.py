@@ -12,6 +12,7 @@ from torch.testing._internal.common_methods_invocations import op_db
 import shimkit.plugins.nonzero as nonzero
 from shimkit.audit.coverage import audit_op
 from shimkit.audit.loader import LoadedModel
+from shimkit.audit.options import AuditOptions
 from shimkit.audit.runner import audit_loaded
 from shimkit.backend import get_registry
 from shimkit.passes.unbacked import ForgetStaleUnbackedSymbols
@@ -69,7 +70,7 @@ def test_a_data_dependent_output_after_to_edge_lowers_and_computes_like_eager():
     model = WhereNonzero()
     x = torch.tensor([[0.5, -1.0, 0.0], [2.0, float("nan"), -0.0]])
     audit = audit_loaded(LoadedModel("where_nonzero", model, (x,)), config=get_registry().backend_config("mps"),
-                         check_numerics=True)
+                         options=AuditOptions(numerics=True))
     assert audit.failure is None, audit.failure
     assert audit.status == "clean" and "at::_ops::nonzero::call" in {kernel.name for kernel in audit.kernels}
     assert audit.numerics is not None and [check.ok for check in audit.numerics.checks] == [True]

@@ -254,6 +254,7 @@ def check(case: Case, config: Any | None = None) -> Result:
     """``case`` lowered with ``config`` (default: the process-wide registry's Metal configuration) and executed
     as a whole Metal program; the audit's verdict, and upstream's on all-ones and on the example inputs."""
     from shimkit.audit.loader import LoadedModel
+    from shimkit.audit.options import AuditOptions
     from shimkit.audit.runner import audit_loaded
     from shimkit.backend import backend_config
 
@@ -265,7 +266,7 @@ def check(case: Case, config: Any | None = None) -> Result:
     config = config if config is not None else backend_config("mps")
     # Upstream exports under these two (export_model_to_metal) and computes its expected output without grad.
     with sdpa_kernel([SDPBackend.MATH]), torch.no_grad(), program_outputs(ones) as runs:
-        audit = audit_loaded(loaded, config=config, check_numerics="execute")
+        audit = audit_loaded(loaded, config=config, options=AuditOptions(numerics="execute"))
         reference_outputs = (torch.utils._pytree.tree_leaves(case.reference(*ones))
                              if case.reference is not None else None)
     result.status, result.reason = audit.status, _reason(audit)

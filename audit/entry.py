@@ -1,0 +1,53 @@
+"""One model's ``--json`` report entry, from the audit cache or audited: the one per-model path of every
+caller (the CLI in this process and in its workers, the benchmarks)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from shimkit.audit.cache import AuditCache, audit_key
+from shimkit.audit.loader import load_model
+from shimkit.audit.options import AuditOptions
+from shimkit.audit.report import to_json
+from shimkit.audit.runner import AuditRun, audit_loaded, export_model, run_audit
+
+
+def audit_model(spec: str, options: AuditOptions, *, cache: AuditCache | None = None,
+                registry: Any | None = None) -> dict[str, Any]:
+    """``spec``'s report entry under ``options``: from ``cache`` when an identical audit is stored there (the
+    entry then says ``"cached": true``), else audited and stored. A model that does not load or export is
+    audited as usual (its failure is the report) and not cached."""
+    if registry is None:
+        from shimkit.backend import get_registry
+
+        registry = get_registry()
+    if cache is None:
+        return to_json(run_audit([spec], options, registry=registry))["models"][0]
+    try:
+        loaded = load_model(spec)
+        started = time.perf_counter()
+        exported = export_model(loaded)
+        export_seconds = time.perf_counter() - started
+    except (Exception, SystemExit):  # the uncached audit below reports the failure as usual
+        return to_json(run_audit([spec], options, registry=registry))["models"][0]
+    try:
+        key = audit_key(exported, loaded.example_inputs or exported.example_inputs[0], options, registry)
+    except Exception as error:  # the cache only saves time: a model it cannot key is audited, not failed
+        print(f"shimkit audit: {spec} is not cached: its cache key failed: {type(error).__name__}: {error}",
+              file=sys.stderr)
+        key = None
+    stored = cache.get(key) if key is not None else None
+    if stored is not None:
+        return {**stored, "name": spec, "cached": True}
+    loaded.exported = exported
+    config = registry.backend_config(options.target.device) if options.plugins else None
+    audit = audit_loaded(loaded, config=config, options=options)
+    audit.timings["export"] = export_seconds
+    entry = to_json(AuditRun([audit], options.plugins, registry, config, target=options.target))["models"][0]
+    # What this machine could not finish (an unusable build folder, a timeout, a full disk) is no answer to
+    # keep: the next run on a mended machine audits it again.
+    if key is not None and entry["status"] not in ("interrupted", "unchecked", "error"):
+        cache.put(key, entry)
+    return entry
