@@ -24,6 +24,7 @@ _EXPORTS = {
     "LoadedModel": "loader", "ModelLoadError": "loader", "load_model": "loader",
     "SCHEMA_VERSION": "report", "exit_code": "report", "render_text": "report", "to_json": "report",
     "AuditRun": "runner", "ModelAudit": "runner", "audit_loaded": "runner", "run_audit": "runner",
+    "AuditOptions": "options", "Numerics": "options",
 }
 
 __all__ = sorted(_EXPORTS)
