@@ -1,7 +1,7 @@
 """Build and install shimkit.
 
 The top-level folders are the architecture (``registry/``, ``passes/``, ``plugins/``, ``audit/``,
-``csrc/``, ``testing/``); this file maps each onto the one import namespace ``shimkit`` and compiles the pybind11
+``csrc/``, ``metal/``, ``runtime/``, ``testing/``); this file maps each onto the one import namespace ``shimkit`` and compiles the pybind11
 extension ``shimkit._C`` (the kernel SDK's bindings) from the portable sources in ``csrc/``.
 Objective-C++ (Metal) sources are compiled only on macOS. Plugin kernels are not compiled here: each is
 a ``Kernel`` record in its plugin's folder, built where it is used.
@@ -34,10 +34,7 @@ def _packages():
 
 
 def _extension():
-    # csrc/metal_runtime is the Linux stand-in of ExecuTorch's Metal runtime, built on demand by
-    # shimkit.metal.program against the torch and executorch headers: not part of shimkit._C.
-    portable = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.cpp")
-                      if "metal_runtime" not in p.relative_to(ROOT).parts)
+    portable = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.cpp"))
     metal = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.mm"))
     on_macos = sys.platform == "darwin"
     sources = portable + (metal if on_macos else [])
@@ -68,6 +65,9 @@ setup(
     # Kernel files: shimkit's SDK, and each built-in plugin's kernel folder (its Kernel record's sources).
     package_data={"shimkit.csrc": ["include/**/*.h", "**/*.cpp", "**/*.mm", "**/*.h"],
                   "shimkit.metal": ["include/metal_stdlib", "include/shimkit_metal/*.h"],
+                  # The Linux stand-in of ExecuTorch's Metal runtime, built on demand against the torch and
+                  # executorch headers (shimkit.runtime.program): not part of shimkit._C.
+                  "shimkit.runtime": ["native/**/*.cpp", "native/**/*.h"],
                   "": ["kernel/*.cpp", "kernel/*.mm", "kernel/*.h", "kernel/*.metal"]},
     include_package_data=True,
     ext_modules=[_extension()],

@@ -107,7 +107,7 @@ def audit_key(exported: Any, example_inputs: Iterable[Any], options: Any, regist
         digest.update(part.encode())
         digest.update(b"\0")
     if options.numerics.value == "execute":  # the runtime the programs link and the MSL translation decide too
-        from shimkit.metal.program import runtime_fingerprint
+        from shimkit.runtime.program import runtime_fingerprint
 
         digest.update(runtime_fingerprint().encode())
     _hash_program(digest, exported, example_inputs, with_values=bool(options.numerics))

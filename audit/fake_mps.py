@@ -137,7 +137,7 @@ def move_program_to_fake_mps(edge_program: Any, real_values: RealValues) -> Any:
 class FakeMpsSession:
     """One :func:`fake_mps_lowering` scope: its patches, the real values behind fake weights, the
     folder holding the stub files ``preprocess`` reads back, and the C++ wrapper Inductor generated for
-    each graph, in order (what :mod:`shimkit.metal.program` compiles and runs)."""
+    each graph, in order (what :mod:`shimkit.runtime.program` compiles and runs)."""
 
     patches: ScopedPatches
     real_values: RealValues

@@ -272,7 +272,7 @@ class _ExecutedProgram:
 
     def __call__(self, *operands: Any) -> Any:
         from shimkit.metal.library import MetalCompileError
-        from shimkit.metal.program import KernelNotCompiled, MetalProgram, Unlinkable, WrapperDoesNotCompile
+        from shimkit.runtime.program import KernelNotCompiled, MetalProgram, Unlinkable, WrapperDoesNotCompile
 
         # What keeps the program from running here is no verdict on its numbers; what fails while it runs is.
         try:

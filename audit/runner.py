@@ -241,7 +241,7 @@ def audit_loaded(loaded: LoadedModel, *, config: Any | None, options: AuditOptio
     leaves out :mod:`shimkit.audit.speed` (same report, slower; for comparing the two).
     ``Numerics.CHECK`` also runs the programs handed to Inductor against eager: on the CPU for Metal,
     compiled by AOTInductor on the GPU for CUDA (:mod:`shimkit.audit.numerics`); ``Numerics.EXECUTE``
-    (Metal) compiles the generated Metal programs and runs those instead (:mod:`shimkit.metal.program`).
+    (Metal) compiles the generated Metal programs and runs those instead (:mod:`shimkit.runtime.program`).
     ``float64="float32"`` lowers float64 computation as float32 with shimkit's plugins
     (:mod:`shimkit.passes.float64`), listing every node it changed in ``precision``; the stock backend is
     audited as it is."""

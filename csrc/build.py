@@ -287,8 +287,8 @@ def compile_host_module(name: str, sources: Sequence[str | os.PathLike], *, uses
 
 
 def shimkit_module_sources() -> list[str]:
-    """The portable sources setup.py compiles into ``shimkit._C`` (not the Metal runtime stand-in)."""
-    return sorted(str(p) for p in SOURCE_DIR.rglob("*.cpp") if "metal_runtime" not in p.relative_to(SOURCE_DIR).parts)
+    """The portable sources setup.py compiles into ``shimkit._C``."""
+    return sorted(str(p) for p in SOURCE_DIR.rglob("*.cpp"))
 
 
 def sanitized_module() -> Path:

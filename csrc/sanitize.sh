@@ -2,7 +2,7 @@
 # Runs the kernel test suite (tests/test_kernel_*.py), shimkit.metal's executor tests (semantics,
 # PyTorch's Metal-library tests, MLX's convention and mlx-lm's kernels, the sort plugin's MSL kernel: their
 # kernels built with the sanitizers too) and whole generated Metal programs (tests/test_metal_program*.py:
-# the stand-in runtime and every plugin's adapter built with the sanitizers, shimkit.metal.program) under
+# the stand-in runtime and every plugin's adapter built with the sanitizers, shimkit.runtime.program) under
 # AddressSanitizer and
 # UndefinedBehaviorSanitizer:
 #   bash csrc/sanitize.sh [PYTEST ARGS]

@@ -488,7 +488,7 @@ class ShaderLibrary:
     def launcher(self, name: str) -> tuple[str, int, int, int]:
         """Where a C++ host calls kernel ``name``: the shared library's path, the index of its
         ``shimkit_launch_<index>`` launcher, its max threads per threadgroup and its buffer count (the
-        whole-program runtime, :mod:`shimkit.metal.program`, dispatches through it)."""
+        whole-program runtime, :mod:`shimkit.runtime.program`, dispatches through it)."""
         kernel = getattr(self, name)
         index, info = self._infos[name]
         library, _ = compile_library(self._source, ucontext_fibers=self._ucontext_fibers, split_barriers=self._split,

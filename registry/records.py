@@ -139,7 +139,7 @@ class Kernel:
     (``shimkit/*.h`` helpers) into both builds. ``msl`` declares an MSL compute kernel (an
     :class:`MslKernel`) that shimkit's generated adapter dispatches: its host is ``shimkit.metal``.
     ``standin_sources`` are portable C++ files that provide the kernel's shims in shimkit's Linux stand-in of
-    the device runtime (:mod:`shimkit.metal.program`, which runs whole lowered programs), for a kernel whose
+    the device runtime (:mod:`shimkit.runtime.program`, which runs whole lowered programs), for a kernel whose
     runtime sources need the device itself (Objective-C++ and MPSGraph, built only where ``__OBJC__`` is
     defined); runtime sources that are plain C++ are compiled there as they are.
 

@@ -114,14 +114,15 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 
 def _cmd_config(args: argparse.Namespace) -> int:
     from shimkit.backend import backend_config
+    from shimkit.runtime.generated import cmake_snippet, msl_adapter_source
 
     config = backend_config(args.device)
     if args.cmake:
-        sys.stdout.write(config.cmake_snippet())
+        sys.stdout.write(cmake_snippet(config))
         return 0
     if args.msl_adapter:
         with open(args.msl_adapter, "w", encoding="utf-8") as handle:
-            handle.write(config.msl_adapter_source())
+            handle.write(msl_adapter_source(config))
         print(f"{args.msl_adapter}: {len(config.msl_shims)} MSL kernel(s), c-shim entry points for the "
               f"{len(config.elementwise_msl_shims)} elementwise one(s)", file=sys.stderr)
         return 0

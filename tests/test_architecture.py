@@ -20,6 +20,7 @@ LAYERS = (
      "shimkit.store", "shimkit.csrc"),
     ("shimkit.metal",),
     ("shimkit.registry",),
+    ("shimkit.runtime",),
     ("shimkit.passes",),
     ("shimkit.plugins",),
     ("shimkit.backend",),

@@ -17,7 +17,7 @@ import pytest
 import shimkit.audit.numerics as numerics_check
 from shimkit.audit import run_audit, to_json
 from shimkit.audit.options import Numerics
-from shimkit.metal import program
+from shimkit.runtime import program
 from shimkit.store import EnvironmentFailure
 
 SHIMKIT = str(Path(sys.executable).with_name("shimkit"))  # the console script pip installed

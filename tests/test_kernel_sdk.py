@@ -133,7 +133,7 @@ def test_the_mps_runtime_build_gets_the_sdk_and_the_addmm_kernel_but_no_host_cod
 
 def test_every_c10_code_of_the_sdk_is_libtorchs():
     """shimkit/c10_codes.h is the one copy of the codes the AOTI ABI passes as plain integers (the SDK, the
-    stand-in runtime, the plugins' adapters and, through the runtime, shimkit.metal.program read them there)."""
+    stand-in runtime, the plugins' adapters and, through the runtime, shimkit.runtime.program read them there)."""
     header = (build.INCLUDE_DIR / "shimkit" / "c10_codes.h").read_text()
     getters = {"scalar_types": "aoti_torch_dtype_", "device_types": "aoti_torch_device_type_"}
     codes = {f"{getters[namespace]}{name.lower()}": int(value)

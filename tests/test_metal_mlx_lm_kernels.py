@@ -22,7 +22,6 @@ import importlib
 import importlib.util
 import sys
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Whole Metal programs on Linux (shimkit.metal.program, csrc/metal_runtime): the C++ wrapper AOTInductor
+"""Whole Metal programs on Linux (shimkit.runtime.program, runtime/native): the C++ wrapper AOTInductor
 generates for ExecuTorch's MetalBackend, compiled and run on the CPU against eager."""
 
 import ctypes
@@ -12,7 +12,7 @@ from shimkit.audit.loader import load_model
 from shimkit.audit.options import AuditOptions
 from shimkit.audit.runner import audit_loaded
 from shimkit.csrc.build import INCLUDE_DIR
-from shimkit.metal import program
+from shimkit.runtime import program
 
 SHIM_MPS = program.TORCH_INCLUDE / "torch" / "csrc" / "inductor" / "aoti_torch" / "c" / "shim_mps.h"
 
@@ -28,7 +28,7 @@ def test_every_function_of_torchs_mps_abi_is_implemented(stock_runtime):
     declared = sorted(set(re.findall(r"\b(aoti_torch_mps_\w+)\s*\(", SHIM_MPS.read_text())))
     assert len(declared) >= 15, declared  # the header's functions were found
     missing = [name for name in declared if not hasattr(stock_runtime, name)]
-    assert not missing, f"torch's shim_mps.h declares {missing}, which csrc/metal_runtime does not implement"
+    assert not missing, f"torch's shim_mps.h declares {missing}, which runtime/native does not implement"
 
 
 def _write_model(tmp_path, body):

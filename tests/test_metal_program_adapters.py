@@ -1,4 +1,4 @@
-"""Every runtime adapter the op plugins ship, run inside a whole generated Metal program (shimkit.metal.program,
+"""Every runtime adapter the op plugins ship, run inside a whole generated Metal program (shimkit.runtime.program,
 ``shimkit audit --execute``) and, under ``csrc/sanitize.sh``, inside a runtime built with ASan and UBSan.
 
 One small model per adapter, whose lowered program calls that adapter's c-shim, audited with the default
@@ -39,7 +39,7 @@ from shimkit.audit.loader import load_model
 from shimkit.audit.options import AuditOptions
 from shimkit.audit.runner import audit_loaded
 from shimkit.backend import get_registry, new_registry
-from shimkit.metal import program
+from shimkit.runtime import program
 from shimkit.registry import hookimpl
 from shimkit.store import default_store
 
@@ -76,7 +76,7 @@ def _check_programs_link_their_own_runtime(config) -> None:
     if not _program_calls_runtime(path):
         pytest.fail(f"a program linked against {path} calls another runtime loaded earlier in this process: the "
                     f"loader binds a program's DT_NEEDED entry to the first library of that name it loaded, so "
-                    f"every runtime needs a name of its own (metal/program.py, _runtime_library)")
+                    f"every runtime needs a name of its own (runtime/program.py, _runtime_library)")
     _checked_runtimes.add(path)
 
 
@@ -466,9 +466,8 @@ class _WithRuntimeSources:
         self.config, self.extra = config, extra
         self.kernel_sources = config.kernel_sources
         self.standin_sources = (*config.standin_sources, *extra)
-
-    def msl_adapter_source(self) -> str:
-        return self.config.msl_adapter_source()
+        self.msl_shims = config.msl_shims
+        self.device = config.device
 
 
 def test_nonzero_adapter_in_a_whole_program_given_a_size_accessor(tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """The c-shim adapters for ExecuTorch's Metal runtime compile as plain C++ (ExecuTorch's Metal headers
 declare the Metal handles as ``void*`` outside Objective-C): against shimkit's Linux stand-in of the
-runtime (``csrc/metal_runtime/include``) always, and against a real ExecuTorch source tree when
+runtime (``runtime/native/include``) always, and against a real ExecuTorch source tree when
 ``SHIMKIT_EXECUTORCH_SOURCE`` names one. A probe compiled both ways pins the stand-in's ``et_metal.h``
 to upstream's exact signatures, so an adapter that compiles here compiles on a Mac.
 
@@ -20,10 +20,12 @@ import torch
 
 from registry_helpers import CLEAN_ENV
 from shimkit.backend import new_registry
-from shimkit.csrc.build import INCLUDE_DIR, SOURCE_DIR, compiler_command
+from shimkit.csrc.build import INCLUDE_DIR, compiler_command
 from shimkit.metal import MSL_TYPES
+from shimkit.runtime.program import RUNTIME_DIR
+from shimkit.runtime.generated import msl_adapter_source
 
-STAND_IN_INCLUDE = SOURCE_DIR / "metal_runtime" / "include"
+STAND_IN_INCLUDE = RUNTIME_DIR / "include"
 OBJECTIVE_C = {"addmm_metal.mm", "addmm_shim_mps.mm"}
 EXPECTED_ADAPTERS = {"msl_elementwise.mm", "sort_shim_mps.mm", "linalg_shim_mps.mm", "randint_shim_mps.mm", "fft_shim_mps.mm",
                      "nonzero_shim_mps.mm"}
@@ -101,7 +103,7 @@ def _adapters(tmp_path: Path) -> list[Path]:
     sources = [Path(p) for p in config.kernel_sources if p.endswith(".mm") and Path(p).name not in OBJECTIVE_C]
     assert EXPECTED_ADAPTERS <= {p.name for p in sources}
     generated = tmp_path / "msl_adapter.cpp"
-    generated.write_text(config.msl_adapter_source())
+    generated.write_text(msl_adapter_source(config))
     probe = tmp_path / "et_metal_probe.cpp"
     probe.write_text(ET_METAL_PROBE)
     return [*sources, generated, probe]

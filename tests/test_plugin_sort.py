@@ -12,6 +12,7 @@ from hypothesis import settings
 import shimkit.plugins.sort as sort_plugin
 from shimkit.backend import backend_config
 from shimkit.registry import InvalidPluginRecord, Kernel, MslKernel, OpPlugin, Shim
+from shimkit.runtime.generated import msl_adapter_source
 from shimkit.testing import PropertyFailure, assert_plugin_matches_reference
 from shimkit.testing.kernels import msl_kernel
 
@@ -100,7 +101,7 @@ def test_the_runtime_build_gets_the_adapter_and_the_msl_source_byte_for_byte(tmp
     assert config.provider_of("at::_ops::sort_stable::call").plugin == "sort"
     assert {str(Path(sort_plugin.KERNEL.directory) / name) for name in ("sort.metal", "sort_shim_mps.mm")} <= set(
         config.kernel_sources)
-    generated = config.msl_adapter_source()
+    generated = msl_adapter_source(config)
     assert "aoti_torch_mps_sort_stable(" not in generated  # sort_shim_mps.mm defines it, not the generator
     stubs = ("typedef void* AOTITensorHandle;\ntypedef int AOTITorchError;\n"
              'extern "C" AOTITorchError shimkit_msl_elementwise(const char*, const char*, AOTITensorHandle*, int)'

@@ -273,7 +273,7 @@ def test_builds_work_in_folders_whose_names_need_escaping(tmp_path, monkeypatch)
 
 
 def test_runtime_adapters_in_folders_with_quotes_are_included(tmp_path, monkeypatch):
-    from shimkit.metal.program import _adapter_unit
+    from shimkit.runtime.program import _adapter_unit
 
     monkeypatch.setenv("SHIMKIT_BUILD_DIR", str(tmp_path / "store"))
     folder = tmp_path / f"kernel {WEIRD}"

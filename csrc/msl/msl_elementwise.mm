@@ -1,6 +1,6 @@
 // The one c-shim adapter behind every plugin MSL kernel (Kernel(msl=MslKernel(...))), for ExecuTorch's
 // Metal runtime, written against its ETMetalShaderLibrary / ETMetalKernelFunction, the dispatch pattern
-// of its own shims. Compiled and run on Linux against the Metal runtime stand-in in csrc/metal_runtime
+// of its own shims. Compiled and run on Linux against the Metal runtime stand-in in runtime/native
 // (tests/test_metal_runtime_adapters.py); the same MSL also runs through shimkit.metal with the same
 // binding (shimkit.testing.kernels.msl_kernel).
 //

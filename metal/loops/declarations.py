@@ -54,6 +54,9 @@ def declaration_code(state: GroupState, statement, uniform: list[tuple[str, str]
         initializer = [c for c in variable.get_children() if c.kind.name not in ("TYPE_REF", "TEMPLATE_REF",
                                                                                  "NAMESPACE_REF")]
         variable_tokens = list(variable.get_tokens())
+        # An array's size is a child too, so its initialiser shows only in its tokens (`= {...}`, `{...}`).
+        if cursors.kind(variable.type).endswith("ARRAY") and {"=", "{"} & {t.spelling for t in variable_tokens}:
+            raise Unsplittable(f"line {line}: array {variable.spelling} initialised in a block with a barrier")
         equals = next((i for i, t in enumerate(variable_tokens)
                        if t.spelling == "=" and i > 0 and variable_tokens[i - 1].spelling == variable.spelling),
                       None)
@@ -61,8 +64,6 @@ def declaration_code(state: GroupState, statement, uniform: list[tuple[str, str]
             if initializer and not cursors.kind(variable.type).endswith("ARRAY"):
                 raise Unsplittable(f"line {line}: {variable.spelling} is initialised directly, not with =")
             continue
-        if cursors.kind(variable.type).endswith("ARRAY"):
-            raise Unsplittable(f"line {line}: array {variable.spelling} initialised in a block with a barrier")
         start = state.src.start(variable_tokens[equals + 1])
         end = state.src.end(variable)
         value = " ".join(line for line in source_text(state, start, end).split("\n") if not line.lstrip().startswith("#"))

@@ -1,6 +1,6 @@
 // The Api policy of shimkit/aoti_adapter.h over torch's AOTI C accessor API (aoti_torch/c/shim.h): for
 // adapters compiled against that header's declarations, which libtorch (at::Tensor*) and shimkit's Linux
-// stand-in of the Metal runtime (ExecuTorch tensors, csrc/metal_runtime) both implement. A file that
+// stand-in of the Metal runtime (ExecuTorch tensors, runtime/native) both implement. A file that
 // includes this needs torch's headers on its include path; the rest of the SDK does not.
 #pragma once
 

@@ -1,7 +1,7 @@
 // The c10 codes the AOTI C ABI passes as plain integers: scalar types (c10/core/ScalarType.h) and device
 // types (c10/core/DeviceType.h). libtorch and ExecuTorch agree on them, so no torch header is needed.
 // Dependency-free because everything reads them from here: the SDK, the Linux stand-in of the Metal
-// runtime, the runtime adapters the plugins ship, and (through the runtime) shimkit.metal.program.
+// runtime, the runtime adapters the plugins ship, and (through the runtime) shimkit.runtime.program.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,9 @@ constexpr int32_t kInt32 = 3;
 constexpr int32_t kInt64 = 4;
 constexpr int32_t kFloat16 = 5;
 constexpr int32_t kFloat32 = 6;
+constexpr int32_t kFloat64 = 7;
+constexpr int32_t kComplex64 = 9;
+constexpr int32_t kComplex128 = 10;
 constexpr int32_t kBool = 11;
 constexpr int32_t kBFloat16 = 15;
 }  // namespace scalar_types

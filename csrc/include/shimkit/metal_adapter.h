@@ -4,7 +4,7 @@
 //
 // Header-only, because those adapters are built without the SDK sources (Kernel(uses_sdk=False)). A file
 // that includes it needs ExecuTorch's Metal runtime headers on its include path (a Mac's runtime build, or
-// shimkit's Linux stand-in in csrc/metal_runtime/include), as shimkit/aoti_accessors.h needs torch's; the
+// shimkit's Linux stand-in in runtime/native/include), as shimkit/aoti_accessors.h needs torch's; the
 // rest of the SDK does not.
 #pragma once
 

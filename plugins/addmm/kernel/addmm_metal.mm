@@ -6,7 +6,7 @@
 // portable, tested plan. The graph is built from the plan's key fields only, so equal keys build
 // equal graphs.
 // Objective-C++ (MPSGraph): compiled only where __OBJC__ is defined. The Linux stand-in of the Metal
-// runtime compiles runtime sources as C++, where this file is empty (csrc/metal_runtime/fallbacks/addmm.cpp
+// runtime compiles runtime sources as C++, where this file is empty (runtime/native/fallbacks/addmm.cpp
 // runs the same plan there).
 #ifdef __OBJC__
 #include "addmm_metal.h"

@@ -1,4 +1,4 @@
-// aoti_torch_mps_addmm_out in shimkit's Linux stand-in of ExecuTorch's Metal runtime (csrc/metal_runtime,
+// aoti_torch_mps_addmm_out in shimkit's Linux stand-in of ExecuTorch's Metal runtime (runtime/native,
 // where whole lowered programs run: shimkit audit --execute). On the Mac the symbol is addmm_shim_mps.mm's
 // (MPSGraph); here it is the same adapter body (addmm_shim.h) and the same portable plan, with the plugin's
 // reference kernel as the device: float32, bfloat16 and float16, accumulated in float32 and rounded once;

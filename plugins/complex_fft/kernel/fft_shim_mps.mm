@@ -3,7 +3,7 @@
 // the kernels are tested): mixed-radix Stockham passes for a length whose prime factors are all at most 13,
 // else Bluestein's chirp-z transform through power-of-two Stockham passes.
 //
-// Compiled and run on Linux against the Metal runtime stand-in in csrc/metal_runtime
+// Compiled and run on Linux against the Metal runtime stand-in in runtime/native
 // (tests/test_metal_runtime_adapters.py, tests/test_metal_program_adapters.py). The MSL source is the
 // string the registry-generated adapter file defines (shimkit config mps --msl-adapter FILE).
 #include <executorch/backends/apple/metal/runtime/shims/et_metal.h>

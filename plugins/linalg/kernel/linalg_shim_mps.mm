@@ -4,7 +4,7 @@
 // plugin's launch_* functions do on Linux through shimkit.metal (where the kernels are tested);
 // aoti_torch_mps_linalg_check_errors is ATen's _linalg_check_errors on the host.
 //
-// Compiled and run on Linux against the Metal runtime stand-in in csrc/metal_runtime
+// Compiled and run on Linux against the Metal runtime stand-in in runtime/native
 // (tests/test_metal_runtime_adapters.py). The MSL sources are the strings the registry-generated adapter
 // file defines (shimkit config mps --msl-adapter FILE).
 #include <executorch/backends/apple/metal/runtime/shims/et_metal.h>

@@ -3,7 +3,7 @@
 // int64 and dispatches the same kernel again (write = 1) to write the coordinates: exactly what the plugin's
 // launch_nonzero does on Linux through shimkit.metal (where this kernel is tested).
 //
-// Compiled and run on Linux against the Metal runtime stand-in in csrc/metal_runtime
+// Compiled and run on Linux against the Metal runtime stand-in in runtime/native
 // (tests/test_metal_runtime_adapters.py). The MSL source is the string the registry-generated adapter file
 // defines (shimkit config mps --msl-adapter FILE).
 #include <executorch/backends/apple/metal/runtime/shims/et_metal.h>

@@ -6,7 +6,7 @@
 // The seeds come from one process-wide std::mt19937_64, seeded once from std::random_device: like an
 // unseeded generator, every run draws differently (the runtime has no manual_seed to honour).
 //
-// Compiled and run on Linux against the Metal runtime stand-in in csrc/metal_runtime
+// Compiled and run on Linux against the Metal runtime stand-in in runtime/native
 // (tests/test_metal_runtime_adapters.py). The MSL source is the string the registry-generated adapter file
 // defines (shimkit config mps --msl-adapter FILE).
 #include <executorch/backends/apple/metal/runtime/shims/et_metal.h>

@@ -2,7 +2,7 @@
 // dispatches sort.metal's sort_stable_<dtype> with one thread per element, exactly as the plugin's
 // launch_sort does on Linux through shimkit.metal (where this kernel is tested).
 //
-// Compiled and run on Linux against the Metal runtime stand-in in csrc/metal_runtime
+// Compiled and run on Linux against the Metal runtime stand-in in runtime/native
 // (tests/test_metal_runtime_adapters.py). The MSL source is the string the registry-generated adapter file
 // defines (shimkit config mps --msl-adapter FILE).
 #include <executorch/backends/apple/metal/runtime/shims/et_metal.h>

@@ -1,6 +1,6 @@
 // shimkit's declaration of the part of ExecuTorch's Metal runtime API (backends/apple/metal/runtime/shims/
 // et_metal.h) that c-shim adapters and the runtime's own ops use, written from its public signatures for
-// the Linux stand-in of the Metal runtime: csrc/metal_runtime/et_metal.cpp runs it on the CPU through
+// the Linux stand-in of the Metal runtime: runtime/native/et_metal.cpp runs it on the CPU through
 // shimkit/metal_dispatch.h. Names, namespaces and signatures are upstream's, so an adapter that compiles
 // here compiles against a real ExecuTorch tree (tests/test_metal_runtime_adapters.py checks both); only
 // the private members differ.

@@ -35,6 +35,7 @@ using executorch::runtime::Error;
 using executorch::runtime::etensor::ScalarType;
 using executorch::runtime::etensor::Tensor;
 using executorch::runtime::etensor::TensorImpl;
+using namespace shimkit::scalar_types;
 using shimkit::device_types::kCpu;
 using shimkit::device_types::kCuda;
 using shimkit::device_types::kMps;
@@ -68,11 +69,11 @@ std::unordered_map<Tensor*, std::unique_ptr<HostTensor>>& registry() {
 
 size_t element_size(int32_t dtype) {
   switch (dtype) {
-    case 0: case 1: case 11: return 1;             // uint8, int8, bool
-    case 2: case 5: case 15: return 2;             // int16, float16, bfloat16
-    case 3: case 6: return 4;                      // int32, float32
-    case 4: case 7: case 9: return 8;              // int64, float64, complex64
-    case 10: return 16;                            // complex128
+    case kUInt8: case kInt8: case kBool: return 1;
+    case kInt16: case kFloat16: case kBFloat16: return 2;
+    case kInt32: case kFloat32: return 4;
+    case kInt64: case kFloat64: case kComplex64: return 8;
+    case kComplex128: return 16;
     default: return 0;
   }
 }
@@ -197,28 +198,28 @@ uint16_t float_to_bfloat(float value) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
-bool is_integral(int32_t dtype) { return dtype <= 4 || dtype == 11; }
+bool is_integral(int32_t dtype) { return dtype <= kInt64 || dtype == kBool; }
 
 int64_t load_int(const char* at, int32_t dtype) {
   switch (dtype) {
-    case 0: return *reinterpret_cast<const uint8_t*>(at);
-    case 1: return *reinterpret_cast<const int8_t*>(at);
-    case 2: return *reinterpret_cast<const int16_t*>(at);
-    case 3: return *reinterpret_cast<const int32_t*>(at);
-    case 4: return *reinterpret_cast<const int64_t*>(at);
-    case 11: return *reinterpret_cast<const uint8_t*>(at) != 0;
+    case kUInt8: return *reinterpret_cast<const uint8_t*>(at);
+    case kInt8: return *reinterpret_cast<const int8_t*>(at);
+    case kInt16: return *reinterpret_cast<const int16_t*>(at);
+    case kInt32: return *reinterpret_cast<const int32_t*>(at);
+    case kInt64: return *reinterpret_cast<const int64_t*>(at);
+    case kBool: return *reinterpret_cast<const uint8_t*>(at) != 0;
     default: return static_cast<int64_t>(load_double(at, dtype));
   }
 }
 
 void store_int(char* at, int32_t dtype, int64_t value) {
   switch (dtype) {
-    case 0: *reinterpret_cast<uint8_t*>(at) = static_cast<uint8_t>(value); return;
-    case 1: *reinterpret_cast<int8_t*>(at) = static_cast<int8_t>(value); return;
-    case 2: *reinterpret_cast<int16_t*>(at) = static_cast<int16_t>(value); return;
-    case 3: *reinterpret_cast<int32_t*>(at) = static_cast<int32_t>(value); return;
-    case 4: *reinterpret_cast<int64_t*>(at) = value; return;
-    case 11: *reinterpret_cast<uint8_t*>(at) = value != 0; return;
+    case kUInt8: *reinterpret_cast<uint8_t*>(at) = static_cast<uint8_t>(value); return;
+    case kInt8: *reinterpret_cast<int8_t*>(at) = static_cast<int8_t>(value); return;
+    case kInt16: *reinterpret_cast<int16_t*>(at) = static_cast<int16_t>(value); return;
+    case kInt32: *reinterpret_cast<int32_t*>(at) = static_cast<int32_t>(value); return;
+    case kInt64: *reinterpret_cast<int64_t*>(at) = value; return;
+    case kBool: *reinterpret_cast<uint8_t*>(at) = value != 0; return;
     default: store_double(at, dtype, static_cast<double>(value));
   }
 }
@@ -226,10 +227,10 @@ void store_int(char* at, int32_t dtype, int64_t value) {
 double load_double(const char* at, int32_t dtype) {
   uint16_t bits;
   switch (dtype) {
-    case 5: std::memcpy(&bits, at, 2); return half_to_float(bits);
-    case 6: return *reinterpret_cast<const float*>(at);
-    case 7: return *reinterpret_cast<const double*>(at);
-    case 15: std::memcpy(&bits, at, 2); return bfloat_to_float(bits);
+    case kFloat16: std::memcpy(&bits, at, 2); return half_to_float(bits);
+    case kFloat32: return *reinterpret_cast<const float*>(at);
+    case kFloat64: return *reinterpret_cast<const double*>(at);
+    case kBFloat16: std::memcpy(&bits, at, 2); return bfloat_to_float(bits);
     default: return static_cast<double>(load_int(at, dtype));
   }
 }
@@ -237,11 +238,11 @@ double load_double(const char* at, int32_t dtype) {
 void store_double(char* at, int32_t dtype, double value) {
   uint16_t bits;
   switch (dtype) {
-    case 5: bits = float_to_half(static_cast<float>(value)); std::memcpy(at, &bits, 2); return;
-    case 6: *reinterpret_cast<float*>(at) = static_cast<float>(value); return;
-    case 7: *reinterpret_cast<double*>(at) = value; return;
-    case 15: bits = float_to_bfloat(static_cast<float>(value)); std::memcpy(at, &bits, 2); return;
-    case 11: *reinterpret_cast<uint8_t*>(at) = value != 0.0; return;
+    case kFloat16: bits = float_to_half(static_cast<float>(value)); std::memcpy(at, &bits, 2); return;
+    case kFloat32: *reinterpret_cast<float*>(at) = static_cast<float>(value); return;
+    case kFloat64: *reinterpret_cast<double*>(at) = value; return;
+    case kBFloat16: bits = float_to_bfloat(static_cast<float>(value)); std::memcpy(at, &bits, 2); return;
+    case kBool: *reinterpret_cast<uint8_t*>(at) = value != 0.0; return;
     default: store_int(at, dtype, static_cast<int64_t>(value));
   }
 }

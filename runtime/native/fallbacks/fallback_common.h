@@ -95,8 +95,9 @@ class Result {
 Status allocate(const Arg& device_of, const std::vector<int64_t>& sizes, int32_t dtype, const char* name,
                 Result* result);
 
-// How a fallback with one result ends: the caller owns the tensor from here on.
+// How a fallback ends: the caller owns the tensors from here on.
 Status hand_over(Result* result, AtenTensorHandle* ret);
+Status hand_over(Result* first, AtenTensorHandle* ret0, Result* second, AtenTensorHandle* ret1);
 
 // Visits every element of a view in row-major order of its index, with its offset in elements.
 template <class Fn>

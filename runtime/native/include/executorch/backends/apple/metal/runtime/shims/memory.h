@@ -1,6 +1,6 @@
 // shimkit's declaration of ExecuTorch's Metal tensor memory API (backends/apple/metal/runtime/shims/
 // memory.h), from its public signatures, for the Linux stand-in of the Metal runtime
-// (csrc/metal_runtime/tensors.cpp implements it over host memory).
+// (runtime/native/tensors.cpp implements it over host memory).
 #pragma once
 
 #include <executorch/backends/apple/metal/runtime/shims/types.h>

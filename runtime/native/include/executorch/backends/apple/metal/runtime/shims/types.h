@@ -1,5 +1,5 @@
 // shimkit's declaration of ExecuTorch's Metal shim types (backends/apple/metal/runtime/shims/types.h),
-// from its public API, for the Linux stand-in of the Metal runtime (csrc/metal_runtime).
+// from its public API, for the Linux stand-in of the Metal runtime (runtime/native).
 #pragma once
 
 #include <executorch/runtime/core/error.h>

@@ -75,9 +75,7 @@ Status topk(AtenTensorHandle self_handle, int64_t k, int64_t dim, int32_t larges
       }
     });
   }
-  *ret0 = values.release();
-  *ret1 = indices.release();
-  return Status::ok();
+  return hand_over(&values, ret0, &indices, ret1);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // shimkit's declaration of ExecuTorch's AOTI accessor API (backends/aoti/common_shims.h), written from
-// its public signatures for the Linux stand-in of the Metal runtime (csrc/metal_runtime). A tensor handle
+// its public signatures for the Linux stand-in of the Metal runtime (runtime/native). A tensor handle
 // is an ExecuTorch etensor::Tensor*, as in the runtime on a Mac; adapters compiled against this header
 // compile unchanged against upstream's (tests/test_metal_runtime_adapters.py checks both).
 #pragma once

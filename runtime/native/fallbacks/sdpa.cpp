@@ -190,9 +190,7 @@ Status sdpa(AtenTensorHandle query_handle, AtenTensorHandle key_handle, AtenTens
       }
     }
   }
-  *ret0 = output.release();
-  *ret1 = weights.release();
-  return Status::ok();
+  return hand_over(&output, ret0, &weights, ret1);
 }
 
 }  // namespace

@@ -56,7 +56,7 @@ using LastError = const char* (*)();
 
 std::string resolve(const std::string& source, const char* kernel) {
   if (resolver == nullptr) {
-    throw std::runtime_error("no MSL compiler is registered: load the runtime through shimkit.metal.program");
+    throw std::runtime_error("no MSL compiler is registered: load the runtime through shimkit.runtime.program");
   }
   std::vector<char> reply(1 << 16, '\0');
   const int status = resolver(source.c_str(), kernel, reply.data(), reply.size() - 1);

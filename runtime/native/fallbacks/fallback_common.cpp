@@ -180,6 +180,11 @@ Status hand_over(Result* result, AtenTensorHandle* ret) {
   return Status::ok();
 }
 
+Status hand_over(Result* first, AtenTensorHandle* ret0, Result* second, AtenTensorHandle* ret1) {
+  *ret0 = first->release();
+  return hand_over(second, ret1);
+}
+
 std::vector<float> load_dense(const Arg& arg) {
   std::vector<float> values(static_cast<std::size_t>(arg.numel()));
   for_each_index(arg.view.sizes, [&](int64_t linear, const std::vector<int64_t>& index) {

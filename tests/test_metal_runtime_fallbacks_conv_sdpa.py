@@ -1,0 +1,308 @@
+"""The Linux Metal runtime's CPU fallback kernels for convolution and attention (runtime/native/fallbacks/),
+called by their C symbols with real AtenTensorHandles, against torch; how the library is built and numbers
+judged: tests/fallback_helpers.py."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fallback_helpers import (F64, FEW_EXAMPLES, H, LAYOUTS, METAL_DTYPES, SEEDS, U32, assert_fails,
+                              assert_rounded_once, call, int_array, last_error, library, optional, random,
+                              steal, strided)
+from shimkit.testing.kernels import AOTI_TORCH_SUCCESS, tensor_handles
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _built():
+    library()  # built before any hypothesis example runs
+
+
+# ---------------------------------------------------------------------------------------------- convolution
+
+
+def conv_call(input_, weight, bias, stride, padding, dilation, groups, *, transposed=0, bias_pointer="handle"):
+    result = H()
+    tensors_ = [input_, weight] + ([bias] if bias is not None else [])
+    with tensor_handles(*tensors_) as handles:
+        if bias is not None:
+            bias_argument = optional(handles[2])
+        else:
+            bias_argument = None if bias_pointer == "null" else optional(None)
+        status = call("aoti_torch_mps_convolution", handles[0], handles[1], bias_argument,
+                      int_array(stride), len(stride), int_array(padding), len(padding), int_array(dilation),
+                      len(dilation), transposed, int_array([0] * len(stride)), len(stride), groups,
+                      ctypes.byref(result))
+    return status, result
+
+
+@FEW_EXAMPLES
+@given(data=st.data(), dtype=st.sampled_from(METAL_DTYPES), spatial=st.integers(1, 3), batched=st.booleans(),
+       groups=st.integers(1, 2), has_bias=st.booleans(), layout=LAYOUTS, seed=SEEDS, specials=st.booleans())
+def test_convolution_matches_torch(data, dtype, spatial, batched, groups, has_bias, layout, seed, specials):
+    batch = data.draw(st.integers(0 if batched else 1, 2))
+    group_in, group_out = data.draw(st.integers(0, 2)), data.draw(st.integers(1, 2))
+    kernel = [data.draw(st.integers(1, 3)) for _ in range(spatial)]
+    given_values = 1 if data.draw(st.booleans()) else spatial  # one value stands for every dim, as in ATen
+    stride = [data.draw(st.integers(1, 2)) for _ in range(given_values)]
+    padding = [data.draw(st.integers(0, 2)) for _ in range(given_values)]
+    dilation = [data.draw(st.integers(1, 2)) for _ in range(given_values)]
+    # Spatial sizes the dilated kernel fits into once padded.
+    sizes = [max(1, dilation[i % given_values] * (kk - 1) + 1 - 2 * padding[i % given_values]
+                 + data.draw(st.integers(0, 3))) for i, kk in enumerate(kernel)]
+    input_ = random((batch, group_in * groups, *sizes), dtype, seed)
+    weight = random((group_out * groups, group_in, *kernel), dtype, seed + 1)
+    bias = random((group_out * groups,), dtype, seed + 2) if has_bias else None
+    if specials and input_.numel():
+        flat = input_.view(-1)
+        flat[data.draw(st.integers(0, flat.numel() - 1))] = data.draw(st.sampled_from((math.nan, math.inf, -math.inf)))
+    expected = torch.convolution(input_, weight, bias, stride, padding, dilation, False, [0] * given_values, groups)
+    exact = torch.convolution(input_.double(), weight.double(), None if bias is None else bias.double(), stride,
+                              padding, dilation, False, [0] * given_values, groups)
+    magnitude = torch.convolution(input_.double().abs(), weight.double().abs(),
+                                  None if bias is None else bias.double().abs(), stride, padding, dilation, False,
+                                  [0] * given_values, groups)
+    if not batched:
+        input_, expected, exact, magnitude = input_[0], expected[0], exact[0], magnitude[0]
+    status, result = conv_call(strided(input_, layout), strided(weight, data.draw(LAYOUTS)), bias, stride, padding,
+                               dilation, groups, bias_pointer=data.draw(st.sampled_from(["null", "handle"])))
+    assert status == AOTI_TORCH_SUCCESS, last_error()
+    output = steal(result)
+    assert output.is_contiguous() and output.dtype == dtype
+    taps = group_in * math.prod(kernel)
+    # NaN and inf where float64 has them: ATen's bfloat16 CPU convolution spreads a NaN to outputs whose window
+    # holds none (found by hypothesis: a NaN at input[0, 0, 1] gave NaN at output [0, 0, 0] too).
+    assert_rounded_once(output, exact, (taps + 3) * U32 * magnitude, pattern=exact if dtype == torch.bfloat16 else expected)
+
+
+@pytest.mark.parametrize("bias", [None, torch.arange(4.0)])
+def test_convolution_of_zero_input_channels_has_zero_channels_as_in_aten(bias):
+    input_, weight = torch.ones(2, 0, 5), torch.ones(4, 0, 2)
+    status, result = conv_call(input_, weight, bias, [1], [0], [1], 1)
+    assert status == AOTI_TORCH_SUCCESS, last_error()
+    expected = torch.convolution(input_, weight, bias, [1], [0], [1], False, [0], 1)
+    assert steal(result).shape == expected.shape == (2, 0, 4)  # ATen's (and its meta function's) shape
+
+
+@pytest.mark.parametrize("case, words", [
+    ("transposed", ("transposed convolution is not supported",)),
+    ("float16", ("input has dtype float16",)),
+    ("weight_dtype", ("weight is bfloat16", "input is float32")),
+    ("channels", ("expects input to have 4 channels", "has 3")),
+    ("groups", ("divisible by groups=3",)),
+    ("bias", ("bias must be 1-D with 4 elements",)),
+    ("stride_len", ("expected stride to be a single integer value or a list of 2 values",)),
+    ("stride_zero", ("stride must be positive",)),
+    ("padding_negative", ("padding must be non-negative",)),
+    ("too_small", ("smaller than the dilated kernel size",)),
+    ("weight_rank", ("weight must be 3-D, 4-D or 5-D",)),
+    ("input_rank", ("input must be 3-D or 4-D",)),
+    ("empty_spatial", ("empty in a non-batch dimension",)),
+])
+def test_convolution_errors_name_the_argument(case, words):
+    input_, weight, bias = torch.ones(1, 4, 5, 5), torch.ones(4, 4, 3, 3), None
+    stride, padding, dilation, groups, transposed = [1, 1], [0, 0], [1, 1], 1, 0
+    if case == "transposed":
+        transposed = 1
+    elif case == "float16":
+        input_, weight = input_.half(), weight.half()
+    elif case == "weight_dtype":
+        weight = weight.bfloat16()
+    elif case == "channels":
+        input_ = torch.ones(1, 3, 5, 5)
+    elif case == "groups":
+        groups = 3
+        weight = torch.ones(4, 1, 3, 3)
+        input_ = torch.ones(1, 3, 5, 5)
+    elif case == "bias":
+        bias = torch.ones(3)
+    elif case == "stride_len":
+        stride = [1, 1, 1]
+    elif case == "stride_zero":
+        stride = [0, 1]
+    elif case == "padding_negative":
+        padding = [-1, 0]
+    elif case == "too_small":
+        input_ = torch.ones(1, 4, 2, 5)
+    elif case == "weight_rank":
+        weight = torch.ones(4, 4)
+    elif case == "input_rank":
+        input_ = torch.ones(4, 5)
+    elif case == "empty_spatial":
+        input_ = torch.ones(1, 4, 0, 5)
+        padding = [2, 0]
+    status, result = conv_call(input_, weight, bias, stride, padding, dilation, groups, transposed=transposed)
+    assert_fails(status, "aoti_torch_mps_convolution: ", *words)
+    assert result.value is None
+
+
+# ---------------------------------------------------------------------------------------------- sdpa
+
+
+def sdpa_call(query, key, value, mask, *, is_causal=False, scale=None, enable_gqa=None, dropout_p=0.0,
+              dropout_mask=None):
+    out, weights = H(), H()
+    extra = [m for m in (mask, dropout_mask) if m is not None]
+    with tensor_handles(query, key, value, *extra) as handles:
+        mask_handle = handles[3] if mask is not None else None
+        dropout_handle = handles[-1] if dropout_mask is not None else None
+        scale_argument = ctypes.byref(F64(scale)) if scale is not None else None
+        args = [handles[0], handles[1], handles[2], optional(mask_handle), dropout_p, int(is_causal),
+                optional(dropout_handle), scale_argument]
+        if enable_gqa is None:
+            status = call("aoti_torch_mps__scaled_dot_product_attention_math_for_mps", *args, ctypes.byref(out),
+                          ctypes.byref(weights))
+        else:
+            status = call("aoti_torch_mps__scaled_dot_product_attention_math_for_mps_v2", *args, int(enable_gqa),
+                          ctypes.byref(out), ctypes.byref(weights))
+    return status, out, weights
+
+
+def every_other_position(tensor: torch.Tensor) -> torch.Tensor:
+    """The same [B, H, S, D] values at every other position of a NaN-filled buffer, at an offset."""
+    batch, heads, length, dim = tensor.shape
+    buffer = torch.full((batch, heads, 2 * length + 1, dim), math.nan, dtype=tensor.dtype)
+    view = buffer[:, :, 1::2]
+    view.copy_(tensor)
+    return view
+
+
+def bshd(tensor: torch.Tensor) -> torch.Tensor:
+    """The same [B, H, S, D] values stored as [B, S, H, D] (a transpose of dims 1 and 2), as models keep them."""
+    return tensor.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+@FEW_EXAMPLES
+@given(data=st.data(), dtype=st.sampled_from(METAL_DTYPES), batch=st.integers(1, 2), heads=st.sampled_from((1, 2, 4)),
+       q_length=st.integers(0, 4), kv_length=st.integers(0, 5), head_dim=st.sampled_from((64, 96)), seed=SEEDS,
+       v2=st.booleans(), mask_kind=st.sampled_from(["none", "causal", "full", "rows", "per_batch", "per_head"]))
+def test_sdpa_matches_aten_math(data, dtype, batch, heads, q_length, kv_length, head_dim, seed, v2, mask_kind):
+    kv_heads = data.draw(st.sampled_from([h for h in (1, 2, 4) if heads % h == 0 and (v2 or h in (1, heads))]))
+    kv_batch = data.draw(st.sampled_from((1, batch)))
+    query = random((batch, heads, q_length, head_dim), dtype, seed)
+    key = random((kv_batch, kv_heads, kv_length, head_dim), dtype, seed + 1)
+    value = random((kv_batch, kv_heads, kv_length, head_dim), dtype, seed + 2)
+    mask = None
+    mask_shape = {"full": (batch, heads, q_length, kv_length), "rows": (q_length, kv_length),
+                  "per_batch": (batch, 1, q_length, kv_length), "per_head": (heads, 1, kv_length)}.get(mask_kind)
+    if mask_shape is not None:
+        mask = random(mask_shape, dtype, seed + 3)
+        hidden = torch.rand(mask_shape, generator=torch.Generator().manual_seed(seed + 4)) < 0.3
+        mask = mask.masked_fill(hidden, -math.inf)  # whole rows masked out included, now and then
+    scale = data.draw(st.sampled_from((None, 0.3)))
+    is_causal = mask_kind == "causal"
+    q_in = data.draw(st.sampled_from([query, bshd(query)]))
+    k_in = data.draw(st.sampled_from([key, bshd(key), every_other_position(key)]))
+    status, out_handle, weights_handle = sdpa_call(q_in, k_in, bshd(value), mask, is_causal=is_causal, scale=scale,
+                                                   enable_gqa=(kv_heads != heads) if v2 else None)
+    assert status == AOTI_TORCH_SUCCESS, last_error()
+    out, weights = steal(out_handle), steal(weights_handle)
+    assert out.shape == (batch, heads, q_length, head_dim) and weights.shape == (batch, heads, q_length, kv_length)
+    assert out.dtype == weights.dtype == dtype and out.is_contiguous() and weights.is_contiguous()
+    exact_out, exact_weights = torch.ops.aten._scaled_dot_product_attention_math(
+        query.double(), key.double(), value.double(), None if mask is None else mask.double(), 0.0, is_causal, None,
+        scale=scale, enable_gqa=kv_heads != heads)
+    weights_bound, out_bound = sdpa_error_bounds(query, key, value, mask, exact_weights, scale)
+    assert_rounded_once(weights, exact_weights, weights_bound, what="attn_weight")
+    assert_rounded_once(out, exact_out, out_bound, what="output")
+
+
+def sdpa_error_bounds(query, key, value, mask, exact_weights, scale):
+    """What float32 arithmetic may change in the weights and the output: an error e_j in score j moves
+    weight j by at most w_j (2 max_j e_j) plus the roundings of exp, the sum and the division."""
+    q, k, v = query.double(), key.double(), value.double()
+    repeat = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(repeat, 1), v.repeat_interleave(repeat, 1)  # kv heads of each query head
+    head_dim, kv_length = q.shape[-1], k.shape[-2]
+    factor = scale if scale is not None else 1 / math.sqrt(head_dim)
+    scores = factor * q.abs() @ k.abs().mT
+    score_error = (head_dim + 3) * U32 * scores
+    if mask is not None:
+        score_error = score_error + U32 * (scores + mask.double().abs().nan_to_num(posinf=0.0))
+    row_error = score_error.amax(-1, keepdim=True) if kv_length else score_error.sum(-1, keepdim=True)
+    relative = 2 * row_error + (kv_length + 4) * U32
+    return exact_weights * relative, (exact_weights @ v.abs()) * (relative + (kv_length + 2) * U32)
+
+
+def test_sdpa_nan_and_inf_propagate_as_in_aten():
+    query = random((1, 1, 3, 64), torch.float32, 7)
+    key = random((1, 1, 4, 64), torch.float32, 8)
+    value = random((1, 1, 4, 64), torch.float32, 9)
+    key[0, 0, 3, 5] = math.nan     # reaches every row, including those that mask key 3 out
+    value[0, 0, 1, 2] = math.inf   # times a zero weight is NaN, as in ATen's matmul
+    mask = torch.zeros(3, 4)
+    mask[2] = -math.inf            # a fully masked row
+    status, out_handle, weights_handle = sdpa_call(query, key, value, mask)
+    assert status == AOTI_TORCH_SUCCESS, last_error()
+    out, weights = steal(out_handle), steal(weights_handle)
+    expected_out, expected_weights = torch.ops.aten._scaled_dot_product_attention_math(query, key, value, mask)
+    assert torch.equal(out.isnan(), expected_out.isnan()) and torch.equal(weights.isnan(), expected_weights.isnan())
+
+
+def test_sdpa_causal_is_top_left_aligned_as_aten():
+    query = random((1, 2, 3, 64), torch.float32, 1)
+    key = random((1, 2, 5, 64), torch.float32, 2)
+    value = random((1, 2, 5, 64), torch.float32, 3)
+    status, out_handle, weights_handle = sdpa_call(query, key, value, None, is_causal=True)
+    assert status == AOTI_TORCH_SUCCESS, last_error()
+    out, weights = steal(out_handle), steal(weights_handle)
+    expected_out, expected_weights = torch.ops.aten._scaled_dot_product_attention_math(query, key, value, is_causal=True)
+    torch.testing.assert_close(weights, expected_weights, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out, expected_out, rtol=1e-5, atol=1e-5)
+    future = torch.arange(5).view(1, 5) > torch.arange(3).view(3, 1)  # query i sees keys 0..i (top-left)
+    assert (weights[:, :, future] == 0).all() and (weights[:, :, ~future] > 0).all()
+
+
+@pytest.mark.parametrize("case, words", [
+    ("dropout", ("dropout_p=0.1", "not supported")),
+    ("dropout_mask", ("dropout_mask is not supported",)),
+    ("head_dim", ("query has head_dim 32", "64, 96, 128 and 256")),
+    ("value_head_dim", ("value has head_dim 128",)),
+    ("float16", ("query has dtype float16",)),
+    ("key_dtype", ("key is bfloat16",)),
+    ("bool_mask", ("attn_mask has dtype bool",)),
+    ("mask_shape", ("attn_mask of shape [3, 4] does not broadcast",)),
+    ("mask_and_causal", ("attn_mask must not be given with is_causal",)),
+    ("gqa_v1", ("key has 2 heads but query has 4", "enable_gqa")),
+    ("gqa_multiple", ("not a multiple of key's 3",)),
+    ("rank", ("query must be 4-D",)),
+    ("last_stride", ("key must have a unit stride along head_dim",)),
+])
+def test_sdpa_errors_name_the_argument(case, words):
+    query, key, value = torch.ones(1, 4, 3, 64), torch.ones(1, 4, 5, 64), torch.ones(1, 4, 5, 64)
+    mask, kwargs = None, {}
+    if case == "dropout":
+        kwargs["dropout_p"] = 0.1
+    elif case == "dropout_mask":
+        kwargs["dropout_mask"] = torch.ones(1, 4, 3, 5)
+    elif case == "head_dim":
+        query, key, value = query[..., :32], key[..., :32], value[..., :32]
+    elif case == "value_head_dim":
+        value = torch.ones(1, 4, 5, 128)
+    elif case == "float16":
+        query, key, value = query.half(), key.half(), value.half()
+    elif case == "key_dtype":
+        key = key.bfloat16()
+    elif case == "bool_mask":
+        mask = torch.ones(3, 5, dtype=torch.bool)
+    elif case == "mask_shape":
+        mask = torch.ones(3, 4)
+    elif case == "mask_and_causal":
+        mask, kwargs["is_causal"] = torch.zeros(3, 5), True
+    elif case == "gqa_v1":
+        key, value = key[:, :2], value[:, :2]
+    elif case == "gqa_multiple":
+        key, value, kwargs["enable_gqa"] = torch.ones(1, 3, 5, 64), torch.ones(1, 3, 5, 64), True
+    elif case == "rank":
+        query = query[0]
+    elif case == "last_stride":
+        key = torch.ones(1, 4, 5, 128)[..., ::2]
+    status, out, weights = sdpa_call(query, key, value, mask, **kwargs)
+    symbol = "aoti_torch_mps__scaled_dot_product_attention_math_for_mps" + ("_v2" if "enable_gqa" in kwargs else "")
+    assert_fails(status, symbol + ": ", *words)
+    assert out.value is None and weights.value is None
