@@ -31,6 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
+from shimkit.audit.options import AuditOptions, Numerics
 from shimkit.store import EnvironmentFailure, current_file_digest, default_store, tree_digest, user_cache_root
 
 CACHE_FORMAT = 1
@@ -99,14 +100,14 @@ class AuditCache:
             print(f"shimkit audit: the cache is not used: {error}", file=sys.stderr)
 
 
-def audit_key(exported: Any, example_inputs: Iterable[Any], options: Any, registry: Any) -> str:
+def audit_key(exported: Any, example_inputs: Iterable[Any], options: AuditOptions, registry: Any) -> str:
     """The digest of everything that decides one model's audit report (see the module docstring) under
-    ``options`` (an :class:`~shimkit.audit.options.AuditOptions`)."""
+    ``options``."""
     digest = hashlib.sha256()
     for part in (f"format={CACHE_FORMAT}", _environment(), options.key(), registry_fingerprint(registry)):
         digest.update(part.encode())
         digest.update(b"\0")
-    if options.numerics.value == "execute":  # the runtime the programs link and the MSL translation decide too
+    if options.numerics is Numerics.EXECUTE:  # the runtime the programs link and the MSL translation decide too
         from shimkit.runtime.program import runtime_fingerprint
 
         digest.update(runtime_fingerprint().encode())

@@ -24,14 +24,14 @@ def audit_model(spec: str, options: AuditOptions, *, cache: AuditCache | None = 
 
         registry = get_registry()
     if cache is None:
-        return to_json(run_audit([spec], options, registry=registry))["models"][0]
+        return _audited(spec, options, registry)
     try:
         loaded = load_model(spec)
         started = time.perf_counter()
         exported = export_model(loaded)
         export_seconds = time.perf_counter() - started
-    except (Exception, SystemExit):  # the uncached audit below reports the failure as usual
-        return to_json(run_audit([spec], options, registry=registry))["models"][0]
+    except (Exception, SystemExit):  # the uncached audit reports the failure as usual
+        return _audited(spec, options, registry)
     try:
         key = audit_key(exported, loaded.example_inputs or exported.example_inputs[0], options, registry)
     except Exception as error:  # the cache only saves time: a model it cannot key is audited, not failed
@@ -51,3 +51,7 @@ def audit_model(spec: str, options: AuditOptions, *, cache: AuditCache | None = 
     if key is not None and entry["status"] not in ("interrupted", "unchecked", "error"):
         cache.put(key, entry)
     return entry
+
+
+def _audited(spec: str, options: AuditOptions, registry: Any) -> dict[str, Any]:
+    return to_json(run_audit([spec], options, registry=registry))["models"][0]

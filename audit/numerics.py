@@ -41,7 +41,6 @@ CPU = torch.device("cpu")
 TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 
 
-
 class NumericsUnavailable(RuntimeError):
     """The program cannot be run as captured (the message says why): the check has no verdict, and the
     model is reported ``unchecked``, never ``wrong``."""

@@ -62,20 +62,21 @@ def user_frame(stack_trace: str | None) -> SourceLine | None:
             frames.append(SourceLine(match["file"], int(match["line"]), match["function"], code))
     if not frames:
         return None
-    libraries = _library_dirs()
-    outside = [f for f in frames if not f.file.startswith(libraries)]
-    return (outside or frames)[-1]
+    return _innermost_outside(frames, _library_dirs()) or frames[-1]
 
 
 def raised_at(error: BaseException) -> SourceLine | None:
     """The innermost frame of ``error``'s traceback outside torch and the audit itself: the model's (or a
     library's model code's) line that raised, where a message alone does not say whose code failed."""
-    skipped = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(skipped)]
-    if not frames:
-        return None
-    frame = frames[-1]
-    return SourceLine(frame.filename, frame.lineno or 0, frame.name, (frame.line or "").strip())
+    frames = [SourceLine(f.filename, f.lineno or 0, f.name, (f.line or "").strip())
+              for f in traceback.extract_tb(error.__traceback__)]
+    return _innermost_outside(frames, (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep))
+
+
+def _innermost_outside(frames: list[SourceLine], libraries: tuple[str, ...]) -> SourceLine | None:
+    """The innermost of ``frames`` (outermost first) outside the folders ``libraries``: the user's code."""
+    outside = [frame for frame in frames if not frame.file.startswith(libraries)]
+    return outside[-1] if outside else None
 
 
 @dataclass(frozen=True)
