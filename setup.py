@@ -11,8 +11,8 @@ import runpy
 import sys
 from pathlib import Path
 
-from pybind11.setup_helpers import Pybind11Extension, build_ext
-from setuptools import find_packages, setup
+from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
+from setuptools import find_namespace_packages, setup
 
 ROOT = Path(__file__).parent.resolve()
 
@@ -27,7 +27,9 @@ def _packages():
     for folder, name in NAMESPACE_MAP.items():
         packages.append(name)
         package_dir[name] = folder
-        for sub in find_packages(where=folder):
+        # Namespace packages: a folder of kernel sources or headers is a package whose data is those files,
+        # as setuptools expects data to be declared.
+        for sub in find_namespace_packages(where=folder, exclude=["*__pycache__*"]):
             packages.append(f"{name}.{sub}")
             package_dir[f"{name}.{sub}"] = f"{folder}/{sub.replace('.', '/')}"
     return packages, package_dir
@@ -52,6 +54,8 @@ def _extension():
 
 
 packages, package_dir = _packages()
+# The extension's sources compiled side by side, one per core ($SHIMKIT_BUILD_JOBS overrides).
+ParallelCompile("SHIMKIT_BUILD_JOBS").install()
 
 setup(
     name="shimkit",
@@ -62,13 +66,10 @@ setup(
     python_requires=">=3.10",
     packages=packages,
     package_dir=package_dir,
-    # Kernel files: shimkit's SDK, and each built-in plugin's kernel folder (its Kernel record's sources).
-    package_data={"shimkit.csrc": ["include/**/*.h", "**/*.cpp", "**/*.mm", "**/*.h"],
-                  "shimkit.metal": ["include/metal_stdlib", "include/shimkit_metal/*.h"],
-                  # The Linux stand-in of ExecuTorch's Metal runtime, built on demand against the torch and
-                  # executorch headers (shimkit.runtime.program): not part of shimkit._C.
-                  "shimkit.runtime": ["native/**/*.cpp", "native/**/*.h"],
-                  "": ["kernel/*.cpp", "kernel/*.mm", "kernel/*.h", "kernel/*.metal"]},
+    # Kernel files, each in the package of its folder: shimkit's SDK (csrc/), the stand-in runtime
+    # (runtime/native/, built on demand, not part of shimkit._C), metal_stdlib and each built-in plugin's kernel
+    # folder (its Kernel record's sources).
+    package_data={"": ["*.cpp", "*.mm", "*.h", "*.metal", "metal_stdlib"]},
     include_package_data=True,
     ext_modules=[_extension()],
     cmdclass={"build_ext": build_ext},

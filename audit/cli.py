@@ -20,6 +20,7 @@ import warnings
 from typing import Any, Iterator, TextIO
 
 from shimkit._interrupts import interrupts_held
+from shimkit._progress import listen as listen_to_stages
 from shimkit.audit.exit_status import EXIT_INCOMPLETE
 
 DESCRIPTION = """\
@@ -118,13 +119,26 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
 
 
 def _progress(stream: TextIO):
+    """A line per model on ``stream`` ("[1/3] name ... clean (2.10 s)"); on a terminal, the line says what
+    the audit is doing meanwhile (exporting, compiling, building 3 of 12 kernels...: shimkit._progress),
+    rewritten in place. A log gets the finished lines alone."""
     started: dict[int, float] = {}
+    live = stream.isatty()
+    erase = "\r\x1b[K" if live else ""
+
+    def say(subject: str, text: str) -> None:
+        stream.write(f"{erase}{subject}: {text}")
+        stream.flush()
+
+    if live:
+        listen_to_stages(say)
 
     def report(index, total, name, audit):
         if audit is None:
             started[index] = time.perf_counter()
-            stream.write(f"[{index + 1}/{total}] {name} ...")
+            stream.write(f"{erase}[{index + 1}/{total}] {name} ...")
         else:
+            stream.write(erase + f"[{index + 1}/{total}] {name} ..." if live else "")
             if isinstance(audit, dict):  # a report entry: its own time (-j: not the wait for it)
                 status, seconds = audit["status"], audit["timings_s"]["total"]
                 if audit.get("cached"):
@@ -222,14 +236,13 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
     if jobs < 1:
         stderr.write(f"shimkit audit: -j takes a positive number of workers, got {jobs}\n")
         return EXIT_INCOMPLETE
-    progress = None if args.quiet else _progress(stderr)
-    cache = None if args.no_cache else AuditCache(args.cache_dir
-                                                                     or default_cache_dir())
+    cache = None if args.no_cache else AuditCache(args.cache_dir or default_cache_dir())
     timeout = args.timeout
     # A timeout can only stop a process, and a compiled program that crashes (--execute) must take down a
     # worker, not the audit: then even one model goes to a worker.
     in_workers = bool(specs) and ((jobs > 1 and len(specs) > 1) or timeout is not None
                                   or options.numerics is Numerics.EXECUTE)
+    progress = None if args.quiet else _progress(stderr)
     try:
         # What models and factories print goes to stderr: stdout carries the report alone.
         with _quiet_libraries(), _pickle_trust(args.trust_pickle), \
@@ -252,6 +265,8 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
     except ShimkitPluginError as error:
         stderr.write(f"shimkit audit: the plugin registry cannot be built: {error}\n")
         return EXIT_INCOMPLETE
+    finally:
+        listen_to_stages(None)
     return _write(document, args.json, stdout)
 
 

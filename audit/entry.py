@@ -7,6 +7,7 @@ import sys
 import time
 from typing import Any
 
+import shimkit._progress as progress
 from shimkit.audit.cache import AuditCache, audit_key
 from shimkit.audit.loader import load_model
 from shimkit.audit.options import AuditOptions
@@ -26,10 +27,13 @@ def audit_model(spec: str, options: AuditOptions, *, cache: AuditCache | None = 
     if cache is None:
         return _audited(spec, options, registry)
     try:
-        loaded = load_model(spec)
-        started = time.perf_counter()
-        exported = export_model(loaded)
-        export_seconds = time.perf_counter() - started
+        with progress.working_on(spec):
+            progress.stage("loading")
+            loaded = load_model(spec)
+            progress.stage("exporting")
+            started = time.perf_counter()
+            exported = export_model(loaded)
+            export_seconds = time.perf_counter() - started
     except (Exception, SystemExit):  # the uncached audit reports the failure as usual
         return _audited(spec, options, registry)
     try:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+import shimkit._progress as progress
 import shimkit.audit.numerics as numerics_check  # called through the module: tests replace its functions
 from shimkit._interrupts import is_ctrl_c, telling_ctrl_c_apart
 from shimkit._patching import ScopedPatches
@@ -36,6 +37,10 @@ from shimkit.passes.decompose import Decline, recording_declines
 from shimkit.passes.float64 import PrecisionChange, lower_float64_as_float32
 
 PHASES = ("export", "to_edge", "backend_passes", "inductor", "codegen", "numerics")
+# How each phase is said while it runs (shimkit._progress).
+_SAID = {"export": "exporting", "to_edge": "lowering to the edge dialect",
+         "backend_passes": "running the backend's passes",
+         "inductor": "compiling with Inductor", "codegen": "generating the program", "numerics": "checking numerics"}
 
 # What real work on the fake device raises here and would not on a Mac: no MPS in this build (device
 # guards, dispatch stubs, kernels) or no data behind a fake weight.
@@ -104,6 +109,7 @@ class _PhaseClock:
             parent = self._stack[-1]
             self.totals[parent[0]] = self.totals.get(parent[0], 0.0) + now - parent[1]
         self._stack.append([name, now])
+        progress.stage(_SAID[name])
         try:
             yield
         finally:
@@ -258,7 +264,8 @@ def audit_loaded(loaded: LoadedModel, *, config: Any | None, options: AuditOptio
         speed.callback(leftovers.release)
         with telling_ctrl_c_apart() as ctrl_c:
             try:
-                _audit_into(audit, loaded, config, clock, watch, recorder, options)
+                with progress.working_on(loaded.name):
+                    _audit_into(audit, loaded, config, clock, watch, recorder, options)
             except KeyboardInterrupt as error:
                 if is_ctrl_c(error, ctrl_c):
                     raise
@@ -339,8 +346,10 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
                         raise NumericsUnavailable(f"the program cannot link without {', '.join(missing)}")
                     assert session is not None  # --execute is refused for targets without a fake device
                     delegates = numerics_check.executed_programs(session.wrapper_sources, delegates, config)
+                progress.stage("running the float64 reference")
                 reference = numerics_check.float64_reference(
                     loaded.model if loaded.model is not None else float64_eager or exported.module())
+                progress.stage("running the program and eager" if executing else "running the graphs and eager")
                 audit.numerics = numerics_check.compare(lowered.exported_program(), delegates, eager, exported,
                                                   tuple(loaded.example_inputs or exported.example_inputs[0]),
                                                   float64_as_float32=bool(audit.precision), reference=reference)

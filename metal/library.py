@@ -200,9 +200,11 @@ def _qualified(function: str) -> str:
 
 
 def _preprocess(compiler: list[str], text: str, source: str) -> str:
-    """Runs the C preprocessor as Metal's would: Metal's predefined macros, no system headers."""
+    """Runs the C preprocessor as Metal's would: Metal's predefined macros, no system headers. The macros
+    are included by a path relative to the include folder (the compiler's working directory), so the line
+    marker naming them, and with it every cache key of the translation, is the same in every checkout."""
     done = run_compiler([*compiler, "-E", "-x", "c++", "-std=c++20", "-nostdinc", "-include",
-                         str(INCLUDE_DIR / "shimkit_metal" / "macros.h"), "-"], input=text)
+                         "shimkit_metal/macros.h", "-"], input=text, cwd=INCLUDE_DIR)
     if done.returncode != 0:
         raise MetalCompileError(_compile_message(done.stderr, source))
     return done.stdout

@@ -32,6 +32,7 @@ from typing import Iterable, Mapping
 
 import torch
 
+import shimkit._progress as progress
 import shimkit.metal as metal_package
 from shimkit.csrc.build import SANITIZER_FLAGS, SOURCE_DIR, compile_shared_library, sanitize_requested, sdk_sources
 from shimkit.registry.derive import BackendConfig
@@ -215,7 +216,7 @@ def _build_side_by_side(wrapper_source: str, runtime: Path) -> Path:
     """Compiles the wrapper and its MSL libraries on every core at once (the run would compile each library
     when it first creates it, one after another); a library that fails here fails again, with its
     message, when the program creates it."""
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor, as_completed
 
     from shimkit.metal.library import ShaderLibrary
 
@@ -228,7 +229,10 @@ def _build_side_by_side(wrapper_source: str, runtime: Path) -> Path:
     sources = _MSL_LITERAL.findall(wrapper_source)
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
         wrapper = pool.submit(compile_wrapper, wrapper_source, runtime)
-        list(pool.map(library, sources))
+        progress.stage("building kernels", done=0, total=len(sources))
+        for done, _ in enumerate(as_completed([pool.submit(library, source) for source in sources]), 1):
+            progress.stage("building kernels", done=done, total=len(sources))
+        progress.stage("building the program")
         return wrapper.result()
 
 
@@ -344,6 +348,7 @@ class MetalProgram:
 
     def __init__(self, wrapper_source: str, constants: Mapping[str, torch.Tensor], *,
                  config: BackendConfig | None = None) -> None:
+        progress.stage("building the runtime")
         self.runtime_path = runtime_library(config)
         self.runtime = load_runtime(self.runtime_path)
         self.path = _build_side_by_side(wrapper_source, self.runtime_path)

@@ -16,7 +16,8 @@ from shimkit._rooms import ROOMS
 
 # Lowest first: a module may import its own package and packages of the same or a lower layer.
 LAYERS = (
-    ("shimkit._rooms", "shimkit._versions", "shimkit._ordering", "shimkit._patching", "shimkit._interrupts", "shimkit._C",
+    ("shimkit._rooms", "shimkit._versions", "shimkit._ordering", "shimkit._patching", "shimkit._interrupts",
+     "shimkit._progress", "shimkit._C",
      "shimkit.store", "shimkit.csrc"),
     ("shimkit.metal",),
     ("shimkit.registry",),

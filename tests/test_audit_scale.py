@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import pty
 import signal
 import subprocess
 import sys
@@ -164,6 +166,47 @@ def test_the_progress_line_shows_a_workers_own_time_not_the_wait_for_it():
     progress(0, 2, "a", None)
     progress(0, 2, "a", {"status": "clean", "timings_s": {"total": 3.25}})
     assert stream.getvalue() == "[1/2] a ... clean (3.25 s)\n"
+
+
+
+def test_on_a_terminal_execute_says_what_it_is_doing_and_leaves_nothing_listening(tmp_path):
+    # A real terminal: --execute audits in a forked worker, whose stages must reach it too.
+    primary, secondary = pty.openpty()
+    child = subprocess.Popen([SHIMKIT, "audit", "--execute", "--no-cache", "seed_split_linear"],
+                             stdout=subprocess.DEVNULL, stderr=secondary)
+    os.close(secondary)
+    said = b""
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # the terminal's last writer is gone
+            break
+        if not chunk:
+            break
+        said += chunk
+    os.close(primary)
+    assert child.wait(timeout=600) == 0, said
+    text = said.decode()
+    for stage in ("seed_split_linear: exporting", "seed_split_linear: compiling with Inductor",
+                  "seed_split_linear: building kernels 1 of", "seed_split_linear: running the program and eager"):
+        assert stage in text, text
+    assert "\r\x1b[K[1/1] seed_split_linear ... clean (" in text, text  # the stages' line rewritten
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_stages_reach_a_terminal_unless_quiet_and_no_listener_outlives_the_run():
+    import shimkit._progress as progress
+
+    for quiet in (False, True):
+        stderr = _Terminal()
+        argv = [*(["--quiet"] if quiet else []), "seed_split_linear"]
+        code = run(configure_parser(argparse.ArgumentParser()).parse_args(argv), stdout=io.StringIO(), stderr=stderr)
+        assert code == 0 and progress._listener is None
+        assert ("seed_split_linear: compiling with Inductor" in stderr.getvalue()) is not quiet, stderr.getvalue()
 
 
 def test_a_model_that_kills_its_worker_is_that_models_error(tmp_path):

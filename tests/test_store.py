@@ -317,6 +317,21 @@ def test_damaged_libraries_and_precompiled_headers_are_rebuilt_not_loaded(tmp_pa
     assert library.read_bytes()[:4] == b"\x7fELF"
 
 
+
+def test_a_translation_names_no_folder_of_the_checkout_so_another_clone_reuses_its_builds():
+    # A library's store key is its translated text: a path of this checkout in a line marker made every
+    # clone rebuild all of its libraries.
+    from shimkit.metal import library
+
+    checkout = str(Path(library.__file__).resolve().parents[1])
+    cooperative = ("#include <metal_stdlib>\nusing namespace metal;\nkernel void k(device float* x, uint i "
+                   "[[thread_position_in_grid]]) { threadgroup float t[4]; t[i] = i; "
+                   "threadgroup_barrier(mem_flags::mem_threadgroup); x[i] = t[3 - i]; }\n")
+    plain = "kernel void k(device float* x, uint i [[thread_position_in_grid]]) { x[i] = 7; }"
+    for source in (plain, cooperative):
+        translation = library._translation(source)
+        assert checkout not in translation.text and "k" in translation.kernels
+
 SPLIT = textwrap.dedent('''
     import sys
     from shimkit.metal.library import ShaderLibrary
