@@ -80,7 +80,9 @@ setup(
         "pybind11>=2.12",
         "libclang>=18.1",
     ],
-    extras_require={"test": ["pytest>=8", "hypothesis>=6.100"], "suites": ["transformers>=4.50"]},
+    extras_require={"test": ["pytest>=8", "hypothesis>=6.100"], "suites": ["transformers>=4.50"],
+                    # benchmarks/bench_pocl.py: POCL's CPU device beside shimkit.metal
+                    "pocl": ["pyopencl>=2024.1", "pocl-binary-distribution>=3.0"]},
     entry_points={
         "console_scripts": ["shimkit=shimkit.cli:main"],
         "pytest11": ["shimkit=shimkit.testing.pytest_plugin"],

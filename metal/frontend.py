@@ -450,10 +450,22 @@ def launcher(kernel: KernelInfo, index: int) -> str:
         buffers = [a for a, p in zip(arguments, kernel.parameters) if p.kind == "buffer"]
         run = (f"::shimkit_metal::launch<::shimkit_metal::Execution::kSplit>(*d, [&](const ::shimkit_metal::ThreadInfo& "
                f"base, ::shimkit_metal::uint count) {{ {kernel.split}({', '.join([*buffers, 'base', 'count'])}); }})")
-    else:
-        execution = "kFibers" if kernel.cooperative else "kLoop"
-        run = (f"::shimkit_metal::launch<::shimkit_metal::Execution::{execution}>(*d, [&](const ::shimkit_metal::ThreadInfo& t) "
+    elif kernel.cooperative:
+        run = (f"::shimkit_metal::launch<::shimkit_metal::Execution::kFibers>(*d, [&](const ::shimkit_metal::ThreadInfo& t) "
                f"{{ F({', '.join(arguments)}); }})")
+    else:
+        # A row of threads as one loop over locals: buffers bound once (a store through a kernel's pointer
+        # cannot be taken to change them), and the threads of a barrier-free kernel are independent (in
+        # Metal, one thread's access to what another writes is a race), which `omp simd` tells the compiler.
+        bound = "".join(f"decltype(auto) b{position} = {argument}; "
+                        for position, (argument, parameter) in enumerate(zip(arguments, kernel.parameters))
+                        if parameter.kind == "buffer")
+        per_thread = [f"b{position}" if parameter.kind == "buffer" else argument
+                      for position, (argument, parameter) in enumerate(zip(arguments, kernel.parameters))]
+        run = (f"::shimkit_metal::launch<::shimkit_metal::Execution::kRows>(*d, [&](const ::shimkit_metal::ThreadInfo& row, "
+               f"::shimkit_metal::uint count) {{ {bound}const ::shimkit_metal::uint end = row.grid[0] + count; "
+               f"_Pragma(\"omp simd\") for (::shimkit_metal::uint x = row.grid[0]; x < end; ++x) "
+               f"{{ const ::shimkit_metal::ThreadInfo t = ::shimkit_metal::in_row(row, x); F({', '.join(per_thread)}); }} }})")
     return (f"SHIMKIT_EXPORT int shimkit_launch_{index}(void** args, const ::shimkit_metal::Dispatch* d) {{ "
             f"constexpr auto F = &{kernel.function}; "
             f"return {run}; }} "

@@ -282,10 +282,11 @@ inline unsigned long groups_along(unsigned long threads, unsigned long group) {
   return threads == 0 ? 0 : (threads + group - 1) / group;
 }
 
-// How a kernel's threads run: one after another (no barrier or simdgroup function), as loops split at
-// its barriers (the body takes a whole group, its uniform fields and its thread count: loops.h), or as
-// cooperative fibers.
-enum class Execution { kLoop, kSplit, kFibers };
+// How a kernel's threads run: a row of a group's threads at a time (no barrier or simdgroup function: the
+// body takes the row's first thread and its length, and runs the row as one loop the compiler vectorises),
+// as loops split at its barriers (the body takes a whole group, its uniform fields and its thread count:
+// loops.h), or as cooperative fibers.
+enum class Execution { kRows, kSplit, kFibers };
 
 template <Execution E, class Body>
 inline void run_groups(const Dispatch& d, unsigned long begin, unsigned long end, Body& body) {
@@ -326,20 +327,28 @@ inline void run_groups(const Dispatch& d, unsigned long begin, unsigned long end
     uint index = 0;
     for (uint z = 0; z < size[2]; ++z) {
       for (uint y = 0; y < size[1]; ++y) {
-        for (uint x = 0; x < size[0]; ++x, ++index) {
-          t.in_group[0] = x;
+        if constexpr (E == Execution::kRows) {
+          t.in_group[0] = 0;
           t.in_group[1] = y;
           t.in_group[2] = z;
-          t.grid[0] = static_cast<uint>(g[0] * d.group[0] + x);
+          t.grid[0] = static_cast<uint>(g[0] * d.group[0]);
           t.grid[1] = static_cast<uint>(g[1] * d.group[1] + y);
           t.grid[2] = static_cast<uint>(g[2] * d.group[2] + z);
           t.index_in_group = index;
-          t.lane = index % kSimdWidth;
-          t.simd_index = index / kSimdWidth;
-          if constexpr (cooperative) {
+          if (size[0] > 0) body(t, size[0]);
+          index += size[0];
+        } else {
+          for (uint x = 0; x < size[0]; ++x, ++index) {
+            t.in_group[0] = x;
+            t.in_group[1] = y;
+            t.in_group[2] = z;
+            t.grid[0] = static_cast<uint>(g[0] * d.group[0] + x);
+            t.grid[1] = static_cast<uint>(g[1] * d.group[1] + y);
+            t.grid[2] = static_cast<uint>(g[2] * d.group[2] + z);
+            t.index_in_group = index;
+            t.lane = index % kSimdWidth;
+            t.simd_index = index / kSimdWidth;
             infos.push_back(t);
-          } else if constexpr (E == Execution::kLoop) {
-            body(t);
           }
         }
       }
@@ -405,6 +414,19 @@ inline int launch(const Dispatch& d, Body body) {
     last_error = "unknown exception";
   }
   return -1;
+}
+
+// The thread at grid position `x` of the row starting at `row` (Execution::kRows). The row's loop counts
+// grid positions, not offsets in the row: a counter that cannot wrap is what lets the compiler see
+// consecutive threads address consecutive elements.
+inline ThreadInfo in_row(const ThreadInfo& row, uint x) {
+  ThreadInfo t = row;
+  t.in_group[0] = x - row.grid[0];
+  t.grid[0] = x;
+  t.index_in_group = row.index_in_group + t.in_group[0];
+  t.lane = t.index_in_group % kSimdWidth;
+  t.simd_index = t.index_in_group / kSimdWidth;
+  return t;
 }
 
 // ---- binding kernel parameters ----
