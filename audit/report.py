@@ -320,7 +320,7 @@ def render_table(document: dict[str, Any]) -> str:
     out.append(f"{summary['models']} models with {mode}: {summary['clean']} clean, {summary['missing']} "
                f"missing kernels, {summary['wrong']} wrong numbers, {summary['unchecked']} numerics unchecked, "
                f"{summary['limitation']} audit limitations, "
-               f"{summary['error']} errors")
+               f"{summary['error']} error{'' if summary['error'] == 1 else 's'}")
     if summary.get("cached"):
         out.append(f"{summary['cached']} of them answered from the audit cache (--no-cache audits afresh)")
     if summary["missing_kernels"]:

@@ -1,5 +1,5 @@
 """``mm(a, b) + mm(c, d)`` as one product, ``mm(cat([a, c], 1), cat([b, d], 0))`` (and the same for two
-bias-free ``linear``\ s, which ExecuTorch's Metal partitioner keeps and Inductor decomposes into ``mm``).
+bias-free ``linear``\\ s, which ExecuTorch's Metal partitioner keeps and Inductor decomposes into ``mm``).
 
 ExecuTorch's Metal backend compiles with ``max_autotune``, which turns on Inductor's ``mm_plus_mm``
 pattern: a sum of two products with operands of matching shapes (a bias-free recurrent cell,

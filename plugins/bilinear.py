@@ -1,4 +1,4 @@
-"""``aten::_trilinear`` (behind ``torch.nn.functional.bilinear`` and ``nn.Bilinear``) as ``einsum``\ s.
+"""``aten::_trilinear`` (behind ``torch.nn.functional.bilinear`` and ``nn.Bilinear``) as ``einsum``\\ s.
 
 ``F.bilinear(x1, x2, W, b)`` expands to ``_trilinear(x1, W, x2, ...)``, a sum of products of three
 tensors whose dims are placed by ``expand1..3`` and summed over ``sumdim``. Inductor has no lowering for

@@ -133,7 +133,7 @@ class Kernel:
     Objective-C++ for a Metal host (``.mm``) and Metal Shading Language (``.metal``). The host module
     is either built by shimkit from ``host_sources`` on first use (a pybind11 module whose bindings
     file starts with ``PYBIND11_MODULE(SHIMKIT_HOST_MODULE, m)``; ``links_libtorch`` links libtorch
-    for c-shim adapters over real ``AtenTensorHandle``\ s) or is the plugin package's own compiled
+    for c-shim adapters over real ``AtenTensorHandle``\\ s) or is the plugin package's own compiled
     extension named by ``host_module``. ``entry_points`` are the names the host module must define
     (functions or exported C symbols); loading checks them. ``uses_sdk`` compiles shimkit's kernel SDK
     (``shimkit/*.h`` helpers) into both builds. ``msl`` declares an MSL compute kernel (an
@@ -365,7 +365,7 @@ class OpPlugin:
     ``c10::metal::bessel_j0_forward``). Such an op that is not core ATen is let through the edge
     verifier (``BackendConfig.edge_compile_config()``), which otherwise stops it before any backend.
     ``references`` (eager implementations) and ``input_strategies`` (callables returning hypothesis
-    strategies of argument tuples, or of :class:`OpCall`\ s for ops with keyword-only arguments) feed
+    strategies of argument tuples, or of :class:`OpCall`\\ s for ops with keyword-only arguments) feed
     the tests.
     ``priority`` settles a clash over the same (op, device): the higher one wins; equal priorities are a
     :class:`~shimkit.registry.errors.PluginConflictError`. ``pre_edge`` lists ops whose decomposition must

@@ -140,3 +140,17 @@ def test_every_top_level_package_folder_is_a_room_with_a_layer():
     assert folders == set(ROOMS), "a top-level package folder must be listed in shimkit/_rooms.py (and LAYERS)"
     for room in ROOMS:
         layer_of(f"shimkit.{room}")
+
+
+def test_every_module_compiles_without_a_warning():
+    # An invalid escape in a docstring is a SyntaxWarning (a DeprecationWarning before 3.12) in every user's
+    # test run that turns warnings into errors.
+    import warnings
+
+    noisy = []
+    for module, path in installed_modules().items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compile(path.read_text(), str(path), "exec")
+        noisy += [f"{module}: {warning.message}" for warning in caught]
+    assert not noisy, "\n".join(noisy)
