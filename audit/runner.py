@@ -280,6 +280,10 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
     from executorch.exir import to_edge_transform_and_lower
 
     target, numerics = options.target, options.numerics
+    if numerics is Numerics.EXECUTE:
+        from shimkit.runtime.program import build_runtime_in_background
+
+        build_runtime_in_background(config)
 
     try:
         backend_cls, partitioner_cls = target.classes()

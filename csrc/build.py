@@ -19,6 +19,7 @@ import shlex
 import subprocess
 import sys
 import sysconfig
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -93,11 +94,24 @@ def shimkit_extension(name: str, sources: Sequence[str | os.PathLike], *,
     )
 
 
+def _job_limit() -> int:
+    configured = os.environ.get("SHIMKIT_BUILD_JOBS", "")
+    return int(configured) if configured.isdigit() and int(configured) > 0 else os.cpu_count() or 1
+
+
+# Every compiler run of the process waits for one of these: the pools that build a program's kernels, its
+# runtime's objects and its wrapper side by side (each sized to the cores) share one limit instead of
+# starting cores-times-pools compilers at once.
+_COMPILER_JOBS = threading.BoundedSemaphore(_job_limit())
+
+
 def run_compiler(command: Sequence[str], **kwargs) -> subprocess.CompletedProcess:
-    """``command`` run with its output captured as text. A compiler that cannot be started, or that stops for
+    """``command`` run with its output captured as text, as one of at most ``$SHIMKIT_BUILD_JOBS`` (default:
+    the cores) compiler runs of this process at a time. A compiler that cannot be started, or that stops for
     want of disk, is :class:`~shimkit.store.EnvironmentFailure`: no verdict on what it was compiling."""
     try:
-        done = subprocess.run(list(command), capture_output=True, text=True, **kwargs)
+        with _COMPILER_JOBS:
+            done = subprocess.run(list(command), capture_output=True, text=True, **kwargs)
     except OSError as error:
         raise EnvironmentFailure(f"the compiler {command[0]!r} cannot be run: {error.strerror or error} "
                                  f"(install g++, or set CXX)") from error

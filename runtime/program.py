@@ -103,6 +103,20 @@ def runtime_library(config: BackendConfig | None) -> Path:
     return _runtime_library(tuple(adapters), generated)
 
 
+def build_runtime_in_background(config: BackendConfig | None) -> None:
+    """Start building ``config``'s runtime on a thread of its own, so that it compiles while the model
+    lowers (a runtime with every plugin's adapters is about 13 s of compiles on two cores when nothing is
+    cached); :func:`runtime_library` then finds it built, or waits for it in the artifact store. A failure
+    here is left for that call to meet and report."""
+    def build() -> None:
+        try:
+            runtime_library(config)
+        except Exception:  # raised again, and reported, where the program asks for its runtime
+            pass
+
+    threading.Thread(target=build, name="shimkit-runtime-build", daemon=True).start()
+
+
 def _unit(text: str) -> str:
     """``text`` saved as a C++ source, an entry of the artifact store named by its digest."""
     store = default_store()

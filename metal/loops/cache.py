@@ -4,9 +4,9 @@ and the digest of everything that decides what the splitter writes (the key of i
 from __future__ import annotations
 
 import functools
-import subprocess
 from pathlib import Path
 
+from shimkit.csrc.build import run_compiler
 from shimkit.store import Store, digest_of, tree_digest
 
 FORMAT = "1"
@@ -56,5 +56,5 @@ def libclang_version() -> str:
 
 @functools.lru_cache(maxsize=None)
 def system_include(compiler: tuple[str, ...]) -> str:
-    done = subprocess.run([*compiler, "-print-file-name=include"], capture_output=True, text=True)
+    done = run_compiler([*compiler, "-print-file-name=include"])
     return done.stdout.strip()
