@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import sys
+import tempfile
 import time
 import warnings
 from typing import Any, Iterator, TextIO
@@ -62,6 +63,42 @@ def _timeout_seconds(text: str) -> float:
     return seconds
 
 
+def _workers(text: str) -> int:
+    """``-j``'s value, refused while parsing (before the seconds of imports an audit starts with)."""
+    try:
+        workers = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a positive number of workers, got {text!r}") from None
+    if workers < 1:
+        raise argparse.ArgumentTypeError(f"takes a positive number of workers, got {text!r}")
+    return workers
+
+
+def _shard_selector(text: str) -> str:
+    """``--shard``'s ``K/N``, refused while parsing unless ``1 <= K <= N``."""
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
+        raise argparse.ArgumentTypeError(f"takes K/N with integers 1 <= K <= N, got {text!r}")
+    return text
+
+
+def _cache_dir(text: str) -> str:
+    """``--cache-dir``'s folder, refused while parsing when it is not a folder this user can write, or cannot
+    be created in one (the store's own checks of ownership and modes follow when it is opened)."""
+    path = os.path.abspath(text)
+    existing = path
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot hold the cache: {existing} is not a folder")
+    try:  # what access(2) says is no answer for root, nor in /proc: a folder made and removed is
+        os.rmdir(tempfile.mkdtemp(prefix=".shimkit-probe-", dir=existing))
+    except OSError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} cannot hold the cache: {existing} is not writable "
+                                         f"({error.strerror})") from None
+    return text
+
+
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.description = DESCRIPTION
     parser.epilog = EPILOG
@@ -87,14 +124,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                              "with the host compiler, link shimkit's stand-in of ExecuTorch's Metal runtime and the "
                              "plugins' adapters, and run the whole program on the CPU against eager, as "
                              "--check-numerics does (Metal only)")
-    parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+    parser.add_argument("-j", "--jobs", type=_workers, default=os.cpu_count() or 1, metavar="N",
                         help="audit models in N worker processes, one merged report (default: the number of "
                              "cores; one model is audited in this process, unless --timeout or --execute is "
                              "given: then in one worker)")
     parser.add_argument("--timeout", type=_timeout_seconds, default=None, metavar="SECONDS",
                         help="a model not audited within SECONDS is reported as an error, the others are kept "
                              "(each model is audited in a worker process that can be stopped, also with -j 1)")
-    parser.add_argument("--shard", metavar="K/N",
+    parser.add_argument("--shard", type=_shard_selector, metavar="K/N",
                         help="audit only the K-th of N deterministic slices of the models (CI matrices); "
                              "combine the --json reports with `shimkit audit merge A.json B.json ...`")
     parser.add_argument("--suite", action="append", default=[], metavar="SUITE[:PATTERN]",
@@ -104,7 +141,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--report", metavar="FILE",
                         help="also audit stock (--no-plugins) and write a Markdown coverage table to FILE: "
                              "model, status with shimkit, missing kernels, stock status")
-    parser.add_argument("--cache-dir", metavar="DIR",
+    parser.add_argument("--cache-dir", type=_cache_dir, metavar="DIR",
                         help="the artifact store where audit results are kept (in its audit/ folder) and reused "
                              "for unchanged models, options, versions and plugins (default: "
                              "$XDG_CACHE_HOME/shimkit, else ~/.cache/shimkit)")
@@ -228,14 +265,7 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
     specs = [*args.models, *suite_specs] if args.models or suite_specs else list(ZOO)
     jobs = args.jobs
     if args.shard:
-        try:
-            specs = shard(specs, args.shard)
-        except ValueError as error:
-            stderr.write(f"shimkit audit: {error}\n")
-            return EXIT_INCOMPLETE
-    if jobs < 1:
-        stderr.write(f"shimkit audit: -j takes a positive number of workers, got {jobs}\n")
-        return EXIT_INCOMPLETE
+        specs = shard(specs, args.shard)
     cache = None if args.no_cache else AuditCache(args.cache_dir or default_cache_dir())
     timeout = args.timeout
     # A timeout can only stop a process, and a compiled program that crashes (--execute) must take down a

@@ -209,25 +209,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     plugins = commands.add_parser("plugins", help="list op plugins, passes and plugin errors")
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
-    plugins.set_defaults(run=_cmd_plugins)
+    plugins.set_defaults(run=_cmd_plugins, parser=plugins)
 
     config = commands.add_parser("config", help="show the backend configuration derived for a device")
     config.add_argument("device", choices=("mps", "cuda"))
     config.add_argument("--cmake", action="store_true", help="print a CMake list of kernel sources")
     config.add_argument("--msl-adapter", metavar="FILE",
                         help="write the c-shim entry points of the plugins' MSL kernels (C++) to FILE")
-    config.set_defaults(run=_cmd_config)
+    config.set_defaults(run=_cmd_config, parser=config)
 
     audit = commands.add_parser("audit", help="predict Metal lowering on Linux (default: the model zoo)",
                                 description="Predict which kernels a Metal export needs and who provides "
                                             "them, on fake mps tensors. Exit 0: clean; 1: kernels "
                                             "missing; 2: the audit could not run.")
     _configure_audit(audit)
+    audit.set_defaults(parser=audit)
 
     cache = commands.add_parser("cache", help="show or empty the artifact store (builds and audit results)",
                                 description="The artifact store holds every build and audit result shimkit "
                                             "caches (docs/reliability.md). Exit 2: the store cannot be used.")
     _configure_cache(cache)
+    cache.set_defaults(parser=cache)
 
     return parser
 
@@ -241,7 +243,10 @@ def _configure_audit(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # told by the subcommand's own parser, with its usage, not the top-level one's
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     return args.run(args)
 
 

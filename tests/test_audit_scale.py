@@ -153,6 +153,22 @@ def test_a_timeout_that_bounds_nothing_is_refused_while_parsing(seconds):
     assert done.stderr.startswith("usage: ") and "argument --timeout: takes a positive number" in done.stderr
 
 
+
+@pytest.mark.parametrize("argv, said", [
+    (["-j", "0"], "argument -j/--jobs: takes a positive number of workers, got '0'"),
+    (["--shard", "3/2"], "argument --shard: takes K/N with integers 1 <= K <= N, got '3/2'"),
+    (["--cache-dir", "/proc/nope"], "argument --cache-dir: '/proc/nope' cannot hold the cache: /proc is not writable ("),
+    (["--cache-dir", "/etc/hostname/cache"], "'/etc/hostname/cache' cannot hold the cache: /etc/hostname is not a folder"),
+    (["--frobnicate"], "shimkit audit: error: unrecognized arguments: --frobnicate"),
+])
+def test_bad_options_are_refused_with_the_audits_own_usage_before_anything_is_imported(argv, said):
+    done = subprocess.run([SHIMKIT, "audit", *argv, "seed_split_linear"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
+    assert done.returncode == 2 and not done.stdout
+    assert "usage: shimkit audit " in done.stderr
+    assert said in done.stderr.splitlines()[-1], done.stderr[-500:]
+    assert "| torch\n" not in done.stderr  # -X importtime: torch was never imported
+
 def test_the_cache_answers_for_models_audited_in_a_worker(tmp_path):
     argv = ("--timeout", "60", "-j", "1", "--json", "--cache-dir", str(tmp_path / "cache"), "seed_split_linear")
     first, second = (json.loads(audit(*argv)[1])["models"][0] for _ in range(2))
