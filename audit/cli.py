@@ -191,18 +191,16 @@ def _progress(stream: TextIO):
 @contextlib.contextmanager
 def _quiet_libraries() -> Iterator[None]:
     """Keep torch's, torchao's and ExecuTorch's import-time and experimental-API chatter out of the
-    report: warnings are ignored and their loggers raised to ERROR for the run, then restored."""
-    loggers = [logging.getLogger(name) for name in ("torch", "torchao", "executorch")]
-    levels = [logger.level for logger in loggers]
+    report: warnings are ignored and log records below ERROR dropped for the run, then restored. (Raising
+    their loggers' levels did not hold: importing Inductor sets torch's back.)"""
+    disabled = logging.root.manager.disable
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for logger in loggers:
-            logger.setLevel(logging.ERROR)
+        logging.disable(max(disabled, logging.WARNING))
         try:
             yield
         finally:
-            for logger, level in zip(loggers, levels):
-                logger.setLevel(level)
+            logging.disable(disabled)
 
 @contextlib.contextmanager
 def _pickle_trust(trusted: bool) -> Iterator[None]:
@@ -233,14 +231,15 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
             stdout.write(f"{model.name:<{width}}  {model.description}\n")
         return 0
 
-    from shimkit.audit.fake_mps import AuditEnvironmentError, check_torch_version
-    from shimkit.audit.cache import AuditCache, default_cache_dir
-    from shimkit.audit.options import AuditOptions, Numerics
-    from shimkit.audit.parallel import audit_in_process, audit_in_workers, shard
-    from shimkit.audit.report import document_of
-    from shimkit.audit.suites import SuiteError, suite_models
-    from shimkit.audit.targets import TARGETS, TargetUnavailableError
-    from shimkit.registry import ShimkitPluginError
+    with _quiet_libraries():  # as in run_command: the imports' chatter is no part of the report
+        from shimkit.audit.fake_mps import AuditEnvironmentError, check_torch_version
+        from shimkit.audit.cache import AuditCache, default_cache_dir
+        from shimkit.audit.options import AuditOptions, Numerics
+        from shimkit.audit.parallel import audit_in_process, audit_in_workers, shard
+        from shimkit.audit.report import document_of
+        from shimkit.audit.suites import SuiteError, suite_models
+        from shimkit.audit.targets import TARGETS, TargetUnavailableError
+        from shimkit.registry import ShimkitPluginError
 
     target = TARGETS[args.backend]
     execute = args.execute
@@ -365,8 +364,9 @@ def run_command(args: argparse.Namespace) -> int:
     with interrupts_held() as held:
         # Seconds of importing torch, ExecuTorch and Inductor: a Ctrl-C waits for them, then ends the
         # audit with its report (a Ctrl-C inside an import left a traceback and no report).
-        import shimkit.audit.parallel, shimkit.audit.zoo  # noqa: F401
-        freeze_imported_heap()  # imports the lowering modules first
+        with _quiet_libraries():  # ExecuTorch imports torchao, which logs the libraries it could not load
+            import shimkit.audit.parallel, shimkit.audit.zoo  # noqa: F401
+            freeze_imported_heap()  # imports the lowering modules first
     if held:
         return _write(_interrupted_report(args, "before the first model"), args.json, sys.stdout)
     rendered = io.StringIO()

@@ -169,6 +169,15 @@ def test_bad_options_are_refused_with_the_audits_own_usage_before_anything_is_im
     assert said in done.stderr.splitlines()[-1], done.stderr[-500:]
     assert "| torch\n" not in done.stderr  # -X importtime: torch was never imported
 
+
+def test_quiet_means_nothing_on_stderr_not_even_the_libraries_import_chatter(tmp_path):
+    # Importing ExecuTorch imports torchao, which logged two "Failed to load" lines, and torch logged a
+    # pytree deprecation, on every run.
+    done = subprocess.run([SHIMKIT, "audit", "--quiet", "--no-cache", "seed_split_linear"], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0 and "CLEAN" in done.stdout
+    assert done.stderr == ""
+
 def test_the_cache_answers_for_models_audited_in_a_worker(tmp_path):
     argv = ("--timeout", "60", "-j", "1", "--json", "--cache-dir", str(tmp_path / "cache"), "seed_split_linear")
     first, second = (json.loads(audit(*argv)[1])["models"][0] for _ in range(2))
