@@ -79,6 +79,7 @@ setup(
         "pluggy>=1.5",
         "pybind11>=2.12",
         "libclang>=18.1",
+        "tabulate>=0.9",
     ],
     extras_require={"test": ["pytest>=8", "hypothesis>=6.100"], "suites": ["transformers>=4.50"],
                     # benchmarks/bench_pocl.py: POCL's CPU device beside shimkit.metal

@@ -56,10 +56,15 @@ def plugins_report(registry) -> dict[str, Any]:
             "blocked_sources": blocked_sources, "conflicts": conflicts, "problems": problems}
 
 
+# The widest a cell gets before it wraps: a plugin of many ops (linalg) made a row of 2,500 characters.
+CELL_WIDTH = 72
+
+
 def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+    from tabulate import tabulate
+
+    return tabulate(rows, header, tablefmt="simple", disable_numparse=True,
+                    maxcolwidths=[CELL_WIDTH] * len(header))
 
 
 def _print_plugins(report: dict[str, Any]) -> None:
@@ -146,7 +151,7 @@ def _size(count: int) -> str:
         if value < 1024:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
-    return f"{value / 1024:.1f} GiB"
+    return f"{value:.1f} GiB"
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:

@@ -36,6 +36,15 @@ def test_plugins_table_via_python_dash_m_shows_blocked_plugins():
     assert "blocked" in line
 
 
+
+def test_the_plugins_table_wraps_wide_cells_and_the_store_says_sizes_in_the_right_unit():
+    result = run(SHIMKIT, "plugins")
+    assert result.returncode == 0, result.stderr
+    assert max(map(len, result.stdout.splitlines())) < 200  # linalg's row was 2,500 characters wide
+    from shimkit.cli import _size
+
+    assert [_size(n) for n in (512, 1536, 5 * 1024 ** 2, 8 * 1024 ** 3)] == ["512 B", "1.5 KiB", "5.0 MiB", "8.0 GiB"]
+
 def test_config_cmake_prints_a_cmake_list():
     result = run(SHIMKIT, "config", "mps", "--cmake")
     assert result.returncode == 0, result.stderr
