@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import sys
+from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
@@ -61,7 +62,8 @@ class AuditCache:
         return self.store.root
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """The stored entry for ``key``, or ``None``: absent, corrupt, foreign or incomplete entries are misses."""
+        """The stored entry for ``key``, with ``audited_at`` (when that audit ran: ISO 8601, UTC), or ``None``:
+        absent, corrupt, foreign or incomplete entries are misses."""
         try:
             folder = self.store.lookup("audit", self.store.key("audit", [key]))
             if folder is None:
@@ -77,7 +79,8 @@ class AuditCache:
         entry = stored.get("entry")
         if not isinstance(entry, dict) or any(not isinstance(entry.get(k), t) for k, t in _ENTRY_FIELDS.items()):
             return None
-        return entry
+        audited_at = stored.get("audited_at")
+        return {**entry, "audited_at": audited_at} if isinstance(audited_at, str) else entry
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
         """Store ``entry`` unless a whole one is stored for ``key`` (the same key makes the same report), in
@@ -89,7 +92,8 @@ class AuditCache:
                 if self.get(key) is not None:
                     return
                 with open(staging / "entry.json", "w", encoding="utf-8") as handle:
-                    json.dump({"format": CACHE_FORMAT, "key": key, "entry": entry}, handle)
+                    json.dump({"format": CACHE_FORMAT, "key": key, "entry": entry,
+                               "audited_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}, handle)
                 store.commit("audit", name, staging, replace=True, inputs={"model": str(entry.get("name"))})
         except EnvironmentFailure as error:
             self._say_unusable(error)

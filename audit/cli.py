@@ -178,8 +178,11 @@ def _progress(stream: TextIO):
             stream.write(erase + f"[{index + 1}/{total}] {name} ..." if live else "")
             if isinstance(audit, dict):  # a report entry: its own time (-j: not the wait for it)
                 status, seconds = audit["status"], audit["timings_s"]["total"]
-                if audit.get("cached"):
-                    status += ", from the cache"
+                if audit.get("cached"):  # the seconds are those of the run that was cached
+                    from shimkit.audit.report import when_audited
+
+                    status += f", from the cache of {when_audited(audit['audited_at'])}" \
+                        if audit.get("audited_at") else ", from the cache"
             else:
                 status, seconds = audit.status, time.perf_counter() - started[index]
             stream.write(f" {status} ({seconds:.2f} s)\n")

@@ -16,7 +16,7 @@ from shimkit.audit.exit_status import EXIT_CLEAN, EXIT_INCOMPLETE, EXIT_INTERRUP
 from shimkit.audit.runner import PHASES, AuditRun, ModelAudit
 from shimkit.audit.targets import METAL, TARGETS, Target
 
-SCHEMA_VERSION = 1  # additions since: "numerics", "declines", "precision", "cached" per model; status "wrong"; failure
+SCHEMA_VERSION = 1  # additions since: "numerics", "declines", "precision", "cached", "audited_at" per model; status "wrong"; failure
 # "traceback"; summary "cached"; numerics "ran", "reference"; checks "float64_errors", "eager_float64_errors"
 
 
@@ -241,7 +241,8 @@ def _source_text(node: dict[str, Any]) -> str:
 
 def render_model(model: dict[str, Any]) -> str:
     """One model's kernels, providers, missing kernels with nodes and fixes, or why it stopped."""
-    cached = " (from the audit cache)" if model.get("cached") else ""
+    cached = (f" (from the audit cache: audited {when_audited(model['audited_at'])})" if model.get("audited_at")
+              else " (from the audit cache)") if model.get("cached") else ""
     lines = [f"{model['name']}: {model['status'].upper()}{cached}"]
     width = max((len(k["name"]) for k in model["kernels"]), default=0)
     for kernel in model["kernels"]:
@@ -333,3 +334,8 @@ def render_text(document: dict[str, Any]) -> str:
     if len(document["models"]) > 1:
         sections.append(render_table(document))
     return "\n\n".join(sections)
+
+
+def when_audited(audited_at: str) -> str:
+    """``2026-11-27T14:32:10+00:00`` as ``2026-11-27 14:32 UTC``."""
+    return audited_at[:16].replace("T", " ") + " UTC"

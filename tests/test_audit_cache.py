@@ -10,6 +10,7 @@ import json
 import multiprocessing
 import os
 import textwrap
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -44,8 +45,11 @@ def test_a_rerun_answers_from_the_cache_and_a_changed_model_misses(tmp_path):
     second = audit(*cache, f"{path}:model", "cumsum")[1]
     assert [m["cached"] for m in first["models"]] == [False, False]
     assert [m["cached"] for m in second["models"]] == [True, True] and second["summary"]["cached"] == 2
-    strip = lambda m: {k: v for k, v in m.items() if k != "cached"}  # noqa: E731
+    strip = lambda m: {k: v for k, v in m.items() if k not in ("cached", "audited_at")}  # noqa: E731
     assert list(map(strip, second["models"])) == list(map(strip, first["models"]))
+    # A cached answer says when its audit ran, not only how long it took then.
+    assert all("audited_at" not in m for m in first["models"])
+    assert all(datetime.fromisoformat(m["audited_at"]).tzinfo is not None for m in second["models"])
     path.write_text(MODEL.replace("WIDTH", "5"))
     assert [m["cached"] for m in audit(*cache, f"{path}:model", "cumsum")[1]["models"]] == [False, True]
 
@@ -220,4 +224,4 @@ def test_a_damaged_entry_is_a_miss_and_is_rewritten(tmp_path, damage, capsys):
         manifest.write_text(json.dumps(recorded))
     assert AuditCache(tmp_path).get("cd" * 32) is None
     AuditCache(tmp_path).put("cd" * 32, _entry(again=True))
-    assert AuditCache(tmp_path).get("cd" * 32) == _entry(again=True)
+    assert {k: v for k, v in AuditCache(tmp_path).get("cd" * 32).items() if k != "audited_at"} == _entry(again=True)
