@@ -16,8 +16,8 @@ from shimkit.audit.exit_status import EXIT_CLEAN, EXIT_INCOMPLETE, EXIT_INTERRUP
 from shimkit.audit.runner import PHASES, AuditRun, ModelAudit
 from shimkit.audit.targets import METAL, TARGETS, Target
 
-SCHEMA_VERSION = 1  # additions since: "numerics", "declines", "precision", "cached", "audited_at" per model; status "wrong"; failure
-# "traceback"; summary "cached"; numerics "ran", "reference"; checks "float64_errors", "eager_float64_errors"
+SCHEMA_VERSION = 1  # additions since: "numerics", "declines", "precision", "cached", "audited_at" per model; status
+# "wrong"; failure "traceback"; summary "cached"; numerics "ran", "reference"; checks "float64_errors", "eager_float64_errors"
 
 
 def upstream_provider(target: Target) -> str:
