@@ -13,7 +13,6 @@ import difflib
 import hashlib
 import importlib.util
 import sys
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -37,16 +36,22 @@ class LoadedModel:
     dynamic_shapes: Any = None
 
 
+def _at(error: BaseException) -> str:
+    """`` (at FILE:LINE: code)``: the user's line that raised (not importlib's, not the loader's), if any."""
+    from shimkit.audit.recorder import raised_at
+
+    where = raised_at(error)
+    return f" (at {where.file}:{where.line}: {where.code})" if where and where.code else \
+        f" (at {where.file}:{where.line})" if where else ""
+
+
 def _from_factory(name: str, factory: Any, where: str) -> LoadedModel:
     try:
         produced = factory()
     except SystemExit as stop:  # sys.exit() in user code must end this model, not the whole audit
         raise ModelLoadError(f"{where}: the factory called sys.exit({stop.code!r})") from None
     except Exception as error:
-        frame = traceback.extract_tb(error.__traceback__)[-1]
-        raise ModelLoadError(
-            f"{where}: the factory raised {type(error).__name__}: {error} "
-            f"(at {frame.filename}:{frame.lineno})") from error
+        raise ModelLoadError(f"{where}: the factory raised {type(error).__name__}: {error}{_at(error)}") from error
     if not (isinstance(produced, tuple) and len(produced) in (2, 3)):
         raise ModelLoadError(
             f"{where}: the factory must return (model, example_inputs) or (model, example_inputs, "
@@ -103,9 +108,8 @@ def _load_file_factory(spec: str) -> LoadedModel:
         raise ModelLoadError(f"{spec}: importing {str(path)!r} called sys.exit({stop.code!r})") from None
     except Exception as error:
         sys.modules.pop(module_name, None)
-        frame = traceback.extract_tb(error.__traceback__)[-1]
-        raise ModelLoadError(f"{spec}: importing {str(path)!r} raised {type(error).__name__}: {error} "
-                             f"(at {frame.filename}:{frame.lineno})") from error
+        raise ModelLoadError(f"{spec}: importing {str(path)!r} raised {type(error).__name__}: {error}"
+                             f"{_at(error)}") from error
     factory = getattr(module, factory_name, None)
     if factory is None or not callable(factory):
         candidates = sorted(n for n, v in vars(module).items()

@@ -209,6 +209,9 @@ def _describe_failure(error: BaseException, watch: _LoweringWatch) -> Failure:
     if len(text) > _MESSAGE_LIMIT:
         text = f"{text[:_MESSAGE_LIMIT]} ... ({len(text) - _MESSAGE_LIMIT} more characters in the traceback)"
     message = f"{type(error).__name__}: {text}"
+    where = raised_at(error)
+    if watch.current_phase == "export" and where is not None:  # the model's own code raised while traced
+        message += f" (raised at {where.describe()})"
     chain = [error]
     while (cause := chain[-1].__cause__ or chain[-1].__context__) is not None:
         chain.append(cause)

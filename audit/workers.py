@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Sequence, TypeVar
 
+from shimkit._interrupts import interrupts_held
+
 Task = TypeVar("Task")
 Result = TypeVar("Result")
 
@@ -162,7 +164,10 @@ class _Worker:
         self.connection, child = context.Pipe()
         self.process = context.Process(target=_serve, args=(child, os.getpid(), function, timeout, initializer),
                                        daemon=True)
-        self.process.start()
+        # A Ctrl-C landing in fork's at-fork hooks (logging's lock release) was printed as an ignored
+        # exception and lost: held over the fork, then delivered to whoever listens.
+        with interrupts_held() as held:
+            self.process.start()
         child.close()
         self.index = -1
         self.started = 0.0
@@ -171,6 +176,8 @@ class _Worker:
         self.running = False
         self.tasks_done = 0
         self.alive = True
+        if held:
+            signal.raise_signal(signal.SIGINT)
 
     @property
     def busy(self) -> bool:

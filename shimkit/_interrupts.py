@@ -49,10 +49,11 @@ def is_ctrl_c(error: BaseException, seen: list[int] | None) -> bool:
 @contextlib.contextmanager
 def interrupts_held() -> Iterator[list[int]]:
     """SIGINT during the block is held, not raised; the list yielded collects the signals held. A process
-    that ignores SIGINT (a background job) goes on ignoring it."""
+    that ignores SIGINT (a background job) goes on ignoring it; off the main thread, where Python never
+    runs a signal handler, nothing changes."""
     held: list[int] = []
     previous = signal.getsignal(signal.SIGINT)
-    if previous is signal.SIG_IGN:
+    if previous is signal.SIG_IGN or threading.current_thread() is not threading.main_thread():
         yield held
         return
     signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))

@@ -63,6 +63,31 @@ def test_bad_file_factory_errors_say_what_is_wrong(tmp_path, body, spec_suffix, 
     assert str(path) in str(error.value)
 
 
+
+@pytest.mark.parametrize("body, line", [
+    ("\nx = 1 +\n", "3: x = 1 +"),                                    # the parser's line
+    ("import no_such_package_here\n", "2: import no_such_package_here"),  # not importlib's frame
+    ("\ndef make():\n    return torch.ones(2).view(3), ()\n", "4: return torch.ones(2).view(3), ()"),  # not torch's
+])
+def test_a_load_error_points_at_the_users_line_not_the_import_machinery(tmp_path, body, line):
+    path = _write(tmp_path, body)
+    with pytest.raises(ModelLoadError) as error:
+        load_model(f"{path}:make")
+    assert f"(at {path}:{line})" in str(error.value)
+    assert "<frozen" not in str(error.value) and "audit/loader.py" not in str(error.value)
+
+
+def test_a_forward_that_raises_names_its_line_in_the_report(tmp_path):
+    path = _write(tmp_path, "class M(torch.nn.Module):\n    def forward(self, x):\n        raise ValueError('boom')\n\n"
+                            "def make():\n    return M(), (torch.randn(2),)\n")
+    from shimkit.audit import run_audit, to_json
+    from shimkit.backend import new_registry
+
+    document = to_json(run_audit([f"{path}:make"], registry=new_registry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"})))
+    failure = document["models"][0]["failure"]
+    assert failure["phase"] == "export"
+    assert f"(raised at {path}:" in failure["message"] and "raise ValueError('boom')" in failure["message"]
+
 def test_python_file_without_factory_asks_for_one(tmp_path):
     path = _write(tmp_path, "")
     with pytest.raises(ModelLoadError, match="name the factory too"):
