@@ -21,7 +21,6 @@ result is checked against eager before it is timed.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 import uuid
@@ -29,7 +28,7 @@ import uuid
 import numpy as np
 import torch
 
-from bench_metal import SOFTMAX, TREE_SUM  # the MSL of the same tasks in bench_metal.py
+from bench_metal import SOFTMAX, TREE_SUM, median_seconds  # the same tasks' MSL, the same timing
 from shimkit.metal import ShaderLibrary
 
 N, ROWS, GROUP = 1 << 20, 1024, 256
@@ -88,19 +87,6 @@ __kernel void softmax(__global float* out, __global const float* x, uint n) {
 }
 """,
 }
-
-
-def median_seconds(fn, repeat: int, sample_seconds: float = 0.02) -> float:
-    start = time.perf_counter()
-    fn()
-    number = max(1, int(sample_seconds / max(time.perf_counter() - start, 1e-9)))
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - start) / number)
-    return statistics.median(times)
 
 
 class Pocl:
