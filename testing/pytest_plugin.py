@@ -9,6 +9,10 @@ Fixtures:
     :class:`~shimkit.registry.OpPlugin`/:class:`~shimkit.registry.PassSpec`, into that isolated
     registry; it is gone after the test.
 
+A property test that calls into shimkit and sets no ``@settings`` of its own runs without hypothesis'
+200 ms deadline (its first example compiles kernels or lowers a program): the ini option
+``shimkit_deadline`` (``none``, or milliseconds) sets another.
+
 Hypothesis profiles ``ci`` (derandomized: the same examples every run, 60 of them), ``dev`` (30 random
 examples) and ``deep`` (1,000) are registered under those names unless the project registered its own.
 A profile is loaded only on request, so other projects' hypothesis settings are untouched:
@@ -73,6 +77,45 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="load this hypothesis profile (ci, dev, deep, or auto: ci when CI is set)")
     parser.addini("shimkit_hypothesis_profile", default="",
                   help="hypothesis profile to load for this project (ci, dev, deep or auto)")
+    parser.addini("shimkit_deadline", default="none",
+                  help="the hypothesis deadline of property tests that call shimkit.testing and set no "
+                       "@settings of their own: 'none' (the default: their first example compiles) or "
+                       "milliseconds")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give property tests that call into shimkit a deadline that fits them (``shimkit_deadline``): their
+    first example compiles kernels or lowers a program, seconds against hypothesis' 200 ms, which failed
+    the README's and the plugin guide's own examples with ``DeadlineExceeded`` under plain ``pytest``. A
+    test with its own ``@settings``, and every test that does not use shimkit, is left as it is."""
+    deadline = _deadline(config.getini("shimkit_deadline"))
+    for item in items:
+        test = getattr(item, "obj", None)
+        test = getattr(test, "__func__", test)  # a test method: its function carries hypothesis' settings
+        if _uses_shimkit(test) and not getattr(test, "_hypothesis_internal_settings_applied", False):
+            from hypothesis import settings
+
+            settings(deadline=deadline)(test)
+
+
+def _deadline(text: str) -> Any:
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise pytest.UsageError(f"shimkit_deadline takes 'none' or milliseconds, got {text!r}") from None
+
+
+def _uses_shimkit(test: Any) -> bool:
+    """Whether ``test`` is a hypothesis property whose body names something of shimkit's."""
+    inner = getattr(getattr(test, "hypothesis", None), "inner_test", None)
+    code, names = getattr(inner, "__code__", None), getattr(inner, "__globals__", {})
+    def of_shimkit(value: Any) -> bool:
+        return str(getattr(value, "__module__", None) or getattr(value, "__name__", "")).startswith("shimkit")
+
+    return code is not None and any(of_shimkit(names.get(name)) for name in code.co_names)
 
 
 @pytest.hookimpl(tryfirst=True)  # before hypothesis' own plugin loads --hypothesis-profile
