@@ -66,14 +66,16 @@ def user_frame(stack_trace: str | None) -> SourceLine | None:
 
 
 def raised_at(error: BaseException) -> SourceLine | None:
-    """The innermost frame of ``error``'s traceback outside torch, ExecuTorch, the audit itself and Python's
-    import machinery: the model's (or a library's model code's, or a plugin's) line that raised, where a
-    message alone does not say whose code failed. A ``SyntaxError`` is where the parser stopped."""
+    """The innermost frame of ``error``'s traceback outside torch, the audit itself and Python's import
+    machinery: the model's (or a library's model code's, ExecuTorch's example models included, or a
+    plugin's) line that raised, where a message alone does not say whose code failed. A ``SyntaxError`` is
+    where the parser stopped."""
     if isinstance(error, SyntaxError) and error.filename and error.lineno:
         return SourceLine(error.filename, error.lineno, "<module>", (error.text or "").strip())
     frames = [SourceLine(f.filename, f.lineno or 0, f.name, (f.line or "").strip())
               for f in traceback.extract_tb(error.__traceback__)]
-    return _innermost_outside(frames, (*_library_dirs(), os.path.dirname(__file__) + os.sep, "<frozen "))
+    return _innermost_outside(frames, (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep,
+                                       "<frozen "))
 
 
 def _innermost_outside(frames: list[SourceLine], libraries: tuple[str, ...]) -> SourceLine | None:
