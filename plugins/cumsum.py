@@ -48,7 +48,7 @@ def largest_size(size: int | torch.SymInt) -> int | None:
 
 
 def log_step_scan(values: torch.Tensor, dim: int, combine: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                  identity: int, op: str) -> torch.Tensor:
+                  identity: float, op: str) -> torch.Tensor:
     """The inclusive scan of ``values`` along ``dim`` (already checked and made non-negative) under
     ``combine``, an associative function with ``identity``: Hillis–Steele steps up to the largest
     size ``dim`` can take. Raises :class:`DecompositionDeclined` (naming ``op``) for an unbounded

@@ -60,3 +60,57 @@ def sdpa_bfloat16_blocks():
 def gru_sequence():
     torch.manual_seed(0)
     return torch.nn.GRU(64, 128, num_layers=2, batch_first=True), (torch.randn(4, 32, 64),)
+
+
+class _Upsampler(torch.nn.Module):
+    """A decoder's upsampling path: ConvTranspose2d (stride 2, output padding), a grouped one, then a 1x1 head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up1 = torch.nn.ConvTranspose2d(32, 16, 4, stride=2, padding=1)
+        self.up2 = torch.nn.ConvTranspose2d(16, 8, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.head = torch.nn.Conv2d(8, 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.up2(torch.relu(self.up1(x)))))
+
+
+class _LatentGenerator(torch.nn.Module):
+    """A DCGAN generator's first layers: a latent spread into 4x4, then doubled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.project = torch.nn.ConvTranspose2d(64, 32, 4)
+        self.up = torch.nn.ConvTranspose2d(32, 16, 4, stride=2, padding=1)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.up(torch.relu(self.project(z))))
+
+
+class _ScatterAddConstantIndex(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        index = torch.tensor([[0, 2, 1, 3], [3, 3, 0, 1]])  # made in forward: a constant, not a buffer
+        return torch.zeros(2, 4).scatter_add(1, index, x)
+
+
+class _NonzeroOfWhere(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.where(x > 0, x, 0).nonzero()
+
+
+def conv_transpose_upsampler():
+    torch.manual_seed(0)
+    return _Upsampler(), (torch.randn(2, 32, 8, 8),)
+
+
+def latent_generator():
+    torch.manual_seed(0)
+    return _LatentGenerator(), (torch.randn(4, 64, 1, 1),)
+
+
+def scatter_add_constant_index():
+    return _ScatterAddConstantIndex(), (torch.randn(2, 4, generator=torch.Generator().manual_seed(0)),)
+
+
+def nonzero_of_where():
+    return _NonzeroOfWhere(), (torch.randn(6, 5, generator=torch.Generator().manual_seed(0)),)
