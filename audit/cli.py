@@ -1,19 +1,22 @@
 """``shimkit audit [MODEL ...]``: predict, on Linux, which kernels a model's Metal lowering calls
 (``--backend cuda``: lower for CUDA for real, on a machine with a GPU).
 
-Exit status: 0 every model audited clean; 1 some kernel is missing from the backend; 2 some model
-could not be audited to the end (bad MODEL, a lowering error, an audit limitation, an unsupported
-torch) — 2 wins over 1 because a partial audit cannot vouch for anything.
+Exit status: 0 every model audited clean; 1 a finding in some model (a missing kernel or runtime function,
+wrong numbers, an op that stops at to_edge or export); 2 the audit could not run for some model (bad MODEL,
+a lowering error, an audit limitation, an unsupported torch) — 2 wins over 1 because a partial audit cannot
+vouch for anything.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import io
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 import time
@@ -41,8 +44,9 @@ with the same registry-derived configuration and the same report; it needs a CUD
 """
 
 EPILOG = """\
-exit status: 0 all clean, 1 missing kernels or wrong numbers (--check-numerics, --execute), 2 audit could not run,
-130 interrupted (the report still covers the models audited so far; see docs/audit.md)
+exit status: 0 all clean, 1 findings in a model (missing kernels or runtime functions, wrong numbers with
+--check-numerics or --execute, an op that stops at to_edge or export), 2 the audit could not run, 130 interrupted
+(the report still covers the models audited so far; see docs/audit.md)
 """
 
 
@@ -99,6 +103,19 @@ def _cache_dir(text: str) -> str:
     return text
 
 
+# An op as --explain takes it, checked before torch is imported: ns::name[.overload], or name[.overload] in aten.
+_OP_NAME = re.compile(r"(?:(?P<namespace>[A-Za-z_]\w*)::)?(?P<name>[A-Za-z_]\w*)(?:\.(?P<overload>[A-Za-z_]\w*))?")
+
+
+def _op_name(text: str) -> str:
+    """``--explain``'s op as ``ns::name.overload``, refused while parsing unless it is spelt like one (whether
+    torch or a plugin defines it is known only once they are imported)."""
+    match = _OP_NAME.fullmatch(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"takes an op such as aten::cdist or aten::cdist.default, got {text!r}")
+    return f"{match['namespace'] or 'aten'}::{match['name']}.{match['overload'] or 'default'}"
+
+
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.description = DESCRIPTION
     parser.epilog = EPILOG
@@ -152,6 +169,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                              "unpickling runs any code the file names, so only for a file trusted like a .py")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--list-zoo", action="store_true", help="list the bundled zoo models and exit")
+    parser.add_argument("--explain", type=_op_name, metavar="OP",
+                        help="audit nothing: print, per device, every plugin's claim on OP (shim and kernel, "
+                             "decomposition, pre_edge, eliminating pass, generated code), blocked ones too, which one "
+                             "provides it and why (e.g. aten::cdist)")
     return parser
 
 
@@ -228,6 +249,8 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
 
     if args.models and args.models[0] == "merge":
         return merge(args.models[1:], args.json, stdout, stderr)
+    if args.explain:
+        return explain(args, stdout, stderr)
     if args.list_zoo:
         width = max(map(len, ZOO))
         for model in ZOO.values():
@@ -303,34 +326,124 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
 
 
 def _plugin_report(target: Any, stderr: TextIO) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """For this audit's device, as ``shimkit plugins --json`` lists them: the claims several active plugins
-    made (who won, who was left out), and the plugins reported and skipped, found while deriving the
-    backend (the library warnings the audit keeps quiet), each also as a line on stderr."""
+    """For this audit's device, as ``shimkit plugins --json`` lists them, with why each contest went to its
+    winner: the claims several active plugins made (who won, who was left out), and the plugins reported and
+    skipped, found while deriving the backend (the library warnings the audit keeps quiet), each also as a line
+    on stderr."""
+    from shimkit.audit.provenance import contest_why
     from shimkit.backend import get_registry
 
     registry = get_registry()
-    contests = registry.backend_config(target.device).contests
+    contests = [c.as_json(target.device) for c in registry.backend_config(target.device).contests]
     for problem in registry.problems:
         stderr.write(f"shimkit audit: plugin skipped: {problem.describe()}\n")
-    return [c.as_json(target.device) for c in contests], [p.as_json() for p in registry.problems]
+    return [{**c, "why": contest_why(c, registry)} for c in contests], [p.as_json() for p in registry.problems]
+
+
+# What --explain prints alone: options that audit models make no sense with it.
+_AUDIT_OPTIONS = ("models", "suite", "report", "shard", "check_numerics", "execute", "timeout", "list_zoo")
+
+
+def explain(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    """``shimkit audit --explain OP``: every plugin's claim on OP and who provides it, per device."""
+    given = [name for name in _AUDIT_OPTIONS if getattr(args, name)]
+    if given:
+        stderr.write(f"shimkit audit: --explain audits nothing; it takes no {', '.join(given).replace('_', '-')}\n")
+        return EXIT_INCOMPLETE
+    with _quiet_libraries():
+        import torch
+
+        from shimkit.audit.provenance import explain as explain_op, explanation
+        from shimkit.backend import get_registry
+        from shimkit.registry import ShimkitPluginError
+        from shimkit.registry.records import DEVICES
+        from shimkit.registry.ops import try_resolve_op
+
+    op = args.explain
+    try:
+        with _quiet_libraries():
+            registry = get_registry()
+            claimed = {name for entry in registry.op_plugins(include_blocked=True)
+                       for name in (*entry.record.ops, *(s.op for s in entry.record.shims))}
+            if try_resolve_op(op) is None and op not in claimed:
+                known = {f"{name}.default" for name in torch._C._dispatch_get_all_op_names()} | claimed
+                close = difflib.get_close_matches(op, sorted(known), n=3)
+                hint = f"; did you mean {' or '.join(close)}?" if close else ""
+                stderr.write(f"shimkit audit: --explain: no op {op} is defined by torch {torch.__version__} or "
+                             f"claimed by a plugin{hint}\n")
+                return EXIT_INCOMPLETE
+            if args.json:
+                json.dump(explanation(op, registry, DEVICES), stdout, indent=2)
+                stdout.write("\n")
+            else:
+                stdout.write(explain_op(op, registry, DEVICES))
+    except ShimkitPluginError as error:
+        stderr.write(f"shimkit audit: the plugin registry cannot be built: {error}\n")
+        return EXIT_INCOMPLETE
+    return 0
 
 
 def coverage_table(audited: dict, stock: dict) -> str:
     """The ``--report`` Markdown: per model (grouped by family: zoo, ``suite/family``), the status with
-    the audited setting, its missing kernels, and the stock status."""
+    the audited setting, its missing kernels, and the stock status; then what provided each kernel and
+    decomposition (and who else claimed it), and every contested claim with its winner and why."""
     stock_status = {m["name"]: m["status"] for m in stock["models"]}
     setting = "shimkit" if audited["plugins"] else "stock"
     lines = [f"# shimkit audit coverage ({len(audited['models'])} models)", "",
              f"| model | {setting} | missing kernels | stock |", "| --- | --- | --- | --- |"]
     for model in audited["models"]:
-        missing = ", ".join(f"`{k}`" for k in model["missing"]) or (
-            model["failure"]["message"].splitlines()[0][:120] if model["failure"] else "")
-        lines.append(f"| `{model['name']}` | {model['status']} | {missing.replace('|', '/')} | "
+        lines.append(f"| `{model['name']}` | {model['status']} | {_cell(_what_is_missing(model))} | "
                      f"{stock_status.get(model['name'], '?')} |")
     summary = audited["summary"]
     lines += ["", f"{summary['clean']} of {summary['models']} clean with {setting}; "
               f"{sum(s == 'clean' for s in stock_status.values())} stock."]
+    provided = [row for model in audited["models"] for row in _provenance_rows(model)]
+    if provided:
+        lines += ["", "## What provided each kernel and decomposition", "",
+                  "| model | kernel or op | how | provided by | other claims |", "| --- | --- | --- | --- | --- |",
+                  *provided]
+    if audited.get("plugin_conflicts"):
+        lines += ["", "## Contested claims", "", "| claim | device | winner | left out | why |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {_cell(c['what'])} | {c['device']} | `{c['winner']}` | "
+                  f"{', '.join(f'`{name}`' for name in c['left_out'])} | {_cell(c.get('why') or c['settled_by'])} |"
+                  for c in audited["plugin_conflicts"]]
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    """``text`` as one Markdown table cell: pipes escaped, lines joined."""
+    return " ".join(text.replace("|", "\\|").split())
+
+
+def _what_is_missing(model: dict) -> str:
+    failure = model["failure"]
+    if model["missing"]:
+        return ", ".join(f"`{k}`" for k in model["missing"])
+    if failure is None:
+        return ""
+    if failure["kind"] == "stopped":
+        return f"stops at `{failure['op']}` in {failure['phase']}" if failure["op"] else f"stops in {failure['phase']}"
+    return failure["message"].splitlines()[0][:120]
+
+
+def _provenance_rows(model: dict) -> list[str]:
+    """A Markdown row per supported kernel and per decomposed op of ``model``: how, by which plugin, who else."""
+    def others(claims: list[dict]) -> str:
+        return "; ".join(f"`{c['plugin']}`: {c['status']}" for c in claims)
+
+    rows = []
+    for kernel in model["kernels"]:
+        provider = kernel["provider"]
+        if kernel["status"] == "supported" and provider is not None:
+            by = f"`{provider['plugin']}` ({provider['source']})" if provider["plugin"] else provider["source"]
+            rows.append(f"| `{model['name']}` | `{kernel['name']}` | kernel ({kernel['mechanism']}) | {_cell(by)} | "
+                        f"{_cell(others(provider.get('claims', [])))} |")
+    for decomposed in model.get("decompositions", ()):
+        by = f"`{decomposed['plugin']}` ({decomposed['source']})" if decomposed["plugin"] else decomposed["source"]
+        rows.append(f"| `{model['name']}` | `{decomposed['op']}` | decomposed ({decomposed['stage']}) | {_cell(by)} | "
+                    f"{_cell(others(decomposed['claims']))} |")
+    return rows
 
 
 def _write(document: dict, as_json: bool, stdout: TextIO) -> int:
@@ -362,7 +475,7 @@ def run_command(args: argparse.Namespace) -> int:
     itself, for callers inside their own process, leaves the garbage collector alone."""
     from shimkit.audit.speed import freeze_imported_heap
 
-    if args.list_zoo or (args.models and args.models[0] == "merge"):
+    if args.list_zoo or args.explain or (args.models and args.models[0] == "merge"):
         return run(args)
     with interrupts_held() as held:
         # Seconds of importing torch, ExecuTorch and Inductor: a Ctrl-C waits for them, then ends the

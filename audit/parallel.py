@@ -88,9 +88,9 @@ def failure_entry(spec: str, failure: TaskFailure) -> dict[str, Any]:
     status = "interrupted" if failure.phase == "interrupted" else "error"
     return {"name": spec, "status": status, "partitions": 0, "kernels": [], "missing": [], "upstream_errors": [],
             "failure": {"kind": status, "phase": failure.phase, "message": failure.message, "op": None,
-                        "node": None, "traceback": ""},
+                        "node": None, "source": None, "fixes": [], "traceback": ""},
             "timings_s": {**dict.fromkeys(PHASES, 0.0), "total": round(failure.seconds, 3)}, "numerics": None,
-            "declines": [], "precision": [], "cached": False}
+            "declines": [], "precision": [], "decompositions": [], "cached": False}
 
 
 def audit_in_workers(specs: Sequence[str], options: AuditOptions, *, jobs: int, timeout: float | None,

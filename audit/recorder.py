@@ -24,6 +24,13 @@ from shimkit._patching import ScopedPatches
 
 C_SHIM = "c-shim"
 PROXY_EXECUTOR = "proxy-executor"
+RUNTIME = "runtime"  # a function of the runtime's own AOTI API, not a kernel
+
+# How the C++ wrapper reads a size Inductor could not know (an unbacked symbol: nonzero's row count) from the
+# tensor an op returned: torch's RAIIAtenTensorHandle methods (torch/csrc/inductor/aoti_runtime/utils.h), each a
+# call of the runtime function named here.
+ACCESSORS = {"size": "aoti_torch_get_size", "stride": "aoti_torch_get_stride",
+             "storage_offset": "aoti_torch_get_storage_offset"}
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
 
@@ -161,12 +168,27 @@ def _graph_nodes(ir_node: Any) -> list[GraphNode]:
 
 @dataclass
 class KernelRecorder:
-    """Kernel calls in the order the wrapper generated them, merged by name."""
+    """Kernel calls in the order the wrapper generated them, merged by name; ``runtime_calls`` likewise, the
+    runtime functions (:data:`RUNTIME`) the wrapper calls to read data-dependent sizes of what ops return."""
 
     calls: dict[str, KernelCall] = field(default_factory=dict)
+    runtime_calls: dict[str, KernelCall] = field(default_factory=dict)
 
     def record(self, name: str, mechanism: str) -> None:
-        call = self.calls.setdefault(name, KernelCall(name, mechanism))
+        self._record_into(self.calls, name, mechanism)
+
+    def record_size_reads(self, unbacked_bindings: dict[Any, Any] | None) -> None:
+        """The accessors the wrapper will call to bind ``unbacked_bindings`` (symbol: key path into the op's
+        outputs, such as ``[CallMethodKey("size"), SequenceKey(0)]``)."""
+        from torch.fx.experimental.symbolic_shapes import CallMethodKey
+
+        for keypath in (unbacked_bindings or {}).values():
+            for key in keypath:
+                if isinstance(key, CallMethodKey) and key.name in ACCESSORS:
+                    self._record_into(self.runtime_calls, ACCESSORS[key.name], RUNTIME)
+
+    def _record_into(self, calls: dict[str, KernelCall], name: str, mechanism: str) -> None:
+        call = calls.setdefault(name, KernelCall(name, mechanism))
         ir_node = _current_ir_node()
         if ir_node is None:
             return
@@ -180,12 +202,14 @@ class KernelRecorder:
 
     @contextlib.contextmanager
     def recording(self) -> Iterator["KernelRecorder"]:
-        """Wrap the wrapper-codegen methods upstream's check wraps; undone on exit."""
+        """Wrap the wrapper-codegen methods upstream's check wraps, and the one that reads data-dependent sizes;
+        undone on exit."""
         from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
 
         patches = ScopedPatches()
         original_c_shim_call = CppWrapperCpu.generate_c_shim_extern_kernel_call
         original_runtime_lookup = CppWrapperCpu.generate_fallback_kernel_with_runtime_lookup_aot
+        original_size_reads = CppWrapperCpu.codegen_unbacked_symbol_defs_for_outputs
         recorder = self
 
         def generate_c_shim_extern_kernel_call(self, kernel, *args, **kwargs):
@@ -196,9 +220,15 @@ class KernelRecorder:
             recorder.record(getattr(op_overload, "_name", str(op_overload)), PROXY_EXECUTOR)
             return original_runtime_lookup(self, op_overload, *args, **kwargs)
 
+        def codegen_unbacked_symbol_defs_for_outputs(self, output_name, outputs, unbacked_bindings, *args, **kwargs):
+            recorder.record_size_reads(unbacked_bindings)
+            return original_size_reads(self, output_name, outputs, unbacked_bindings, *args, **kwargs)
+
         try:
             patches.replace(CppWrapperCpu, "generate_c_shim_extern_kernel_call",
                             generate_c_shim_extern_kernel_call)
+            patches.replace(CppWrapperCpu, "codegen_unbacked_symbol_defs_for_outputs",
+                            codegen_unbacked_symbol_defs_for_outputs)
             patches.replace(CppWrapperCpu, "generate_fallback_kernel_with_runtime_lookup_aot",
                             generate_fallback_kernel_with_runtime_lookup_aot)
             yield self

@@ -11,24 +11,32 @@ from importlib import metadata
 from typing import Any
 
 from shimkit.audit.numerics import NumericsReport
-from shimkit.audit.recorder import PROXY_EXECUTOR, GraphNode, KernelCall
-from shimkit.audit.exit_status import EXIT_CLEAN, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_MISSING
-from shimkit.audit.runner import PHASES, AuditRun, ModelAudit
+from shimkit.audit.recorder import PROXY_EXECUTOR, RUNTIME, GraphNode, KernelCall, SourceLine
+from shimkit.audit.exit_status import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INCOMPLETE, EXIT_INTERRUPTED
+from shimkit.audit.provenance import PRE_EDGE, Decomposed, claims
+from shimkit.audit.runner import PHASES, AuditRun, Failure, ModelAudit
 from shimkit.audit.targets import METAL, TARGETS, Target
 
-SCHEMA_VERSION = 1  # additions since: "numerics", "declines", "precision", "cached", "audited_at" per model; status
-# "wrong"; failure "traceback"; summary "cached"; numerics "ran", "reference"; checks "float64_errors", "eager_float64_errors"
+SCHEMA_VERSION = 1  # additions since: "numerics", "declines", "precision", "cached", "audited_at" per model; statuses
+# "wrong", "stopped"; failure "traceback", "source", "fixes"; kernel mechanism "runtime"; summary "cached", "stopped";
+# numerics "ran", "reference"; checks "float64_errors", "eager_float64_errors"
+
+# A model's statuses: findings in the model (exit status 1), then what kept the audit from vouching for it (2).
+FINDINGS = ("missing", "wrong", "stopped")
+INCOMPLETE = ("unchecked", "limitation", "error", "interrupted")
+MODEL_STATUSES = ("clean", *FINDINGS, *INCOMPLETE)
 
 
 def upstream_provider(target: Target) -> str:
     return f"upstream {target.backend}.get_supported_fallback_kernels()"
 
 FIX_DOC = "docs/audit.md#fixing-a-missing-kernel"
+PRE_EDGE_DOC = "docs/audit.md#before-to_edge-pre-edge-decompositions"
 
 
 def exit_code(run: AuditRun) -> int:
-    """130 if interrupted, 2 if any model could not be audited to the end, else 1 if any kernel is
-    missing or any numerics check failed, else 0."""
+    """130 if interrupted, 2 if any model could not be audited to the end, else 1 if any model has a finding (a
+    missing kernel or runtime function, wrong numbers, an op that stops at to_edge or export), else 0."""
     return exit_code_of([{"status": m.status} for m in run.models], run.interrupted)
 
 
@@ -51,8 +59,25 @@ _NO_KERNEL_CAN = {
 }
 
 
+# What returns the same values in a size fixed in advance, for ops whose output size depends on the data.
+# (torch.nonzero_static would not do: it is not core ATen, and to_edge stops at it.)
+_STATIC_FORMS = {"aten::nonzero.default": "torch.argsort(x.flatten() == 0, stable=True) lists the nonzero positions "
+                                          "first, and (x != 0).sum() says how many there are"}
+
+
+def _runtime_fix(kernel: KernelCall) -> str:
+    op = kernel.op or "an op"
+    static = _STATIC_FORMS.get(kernel.op or "", "pad the result to a size fixed in advance")
+    return (f"{op} returns a tensor whose size depends on its input's values, and the program reads that size with "
+            f"{kernel.name}, which ExecuTorch's Metal runtime does not provide "
+            f"(backends/aoti/common_shims.h has no such function), so the program cannot load: make the size static "
+            f"({static}), or define {kernel.name} in the runtime sources of a plugin's Kernel (docs/kernels.md)")
+
+
 def fix_hints(kernel: KernelCall, run: AuditRun) -> list[str]:
     """What would make a missing kernel go away, from what the registry knows (blocked plugins too)."""
+    if kernel.mechanism == RUNTIME:  # no op plugin's shim or decomposition is looked up by this name
+        return [_runtime_fix(kernel)]
     ops = _op_candidates(kernel)
     hints: list[str] = []
     active_passes = set(run.config.pass_names) if run.config is not None else set()
@@ -102,24 +127,81 @@ def fix_hints(kernel: KernelCall, run: AuditRun) -> list[str]:
     return hints
 
 
+def stop_fixes(failure: Failure, run: AuditRun) -> list[str]:
+    """What would let a model stopped at ``to_edge`` through: the plugins that decompose the op before ``to_edge``
+    (``OpPlugin.pre_edge``) or let it through (``generated_on``), blocked ones too, and why each did not act; else
+    the hook to write. A stop at export comes with its fixes (no plugin acts before export)."""
+    if failure.phase != "to_edge" or failure.op is None:
+        return list(failure.fixes)
+    op, device = failure.op, run.target.device
+    hints: list[str] = []
+    for entry in run.registry.op_plugins(include_blocked=True):
+        plugin = entry.record
+        what = f"plugin {plugin.name!r} ({entry.source.describe()})"
+        if op in plugin.pre_edge and plugin.decomposes_on(device):
+            offer = f"{what} decomposes {op} before to_edge (pre_edge)"
+        elif device in plugin.generated_on.get(op, ()):
+            offer = f"{what} lets {op} through to_edge ({device}'s code generator compiles it: generated_on)"
+        elif op in plugin.pre_edge:
+            hints.append(f"{what} decomposes {op} before to_edge on {', '.join(plugin.decomposition_devices or ())} "
+                         f"only: add {device} to its decomposition_devices where the decomposition suits {device}")
+            continue
+        elif op in plugin.decompositions:
+            hints.append(f"{what} has a decomposition of {op}, applied after to_edge, too late: list the op in its "
+                         f"OpPlugin.pre_edge")
+            continue
+        else:
+            continue
+        if entry.blocked:
+            hints.append(f"{offer} but is blocked: remove it from SHIMKIT_BLOCK_PLUGINS")
+        elif not run.plugins:
+            hints.append(f"{offer}: audit without --no-plugins to use it")
+        else:
+            hints.append(f"{offer}, yet to_edge met it: the decomposition declined this node (the model's declines "
+                         f"say why) or a later decomposition made the op again")
+    return hints or [f"no plugin decomposes {op} before to_edge: add an OpPlugin with a decomposition of {op} into "
+                     f"core ATen ops and list the op in its pre_edge, as plugins/cumprod.py does ({PRE_EDGE_DOC})"]
+
+
+def _source_json(source: SourceLine) -> dict[str, Any]:
+    return {"file": source.file, "line": source.line, "function": source.function, "code": source.code}
+
+
 def _node_json(node: GraphNode) -> dict[str, Any]:
     source = node.source
     return {
         "name": node.name,
         "target": node.target,
-        "source": None if source is None else {
-            "file": source.file, "line": source.line, "function": source.function, "code": source.code},
+        "source": None if source is None else _source_json(source),
         "stack_trace": node.stack_trace,
     }
 
 
 def _provider_json(name: str, run: AuditRun) -> dict[str, Any] | None:
     if run.config is None:
-        return {"plugin": None, "source": upstream_provider(run.target), "op": None}
+        return {"plugin": None, "source": upstream_provider(run.target), "op": None, "claims": []}
     provision = run.config.provider_of(name)
     if provision is None:
         return None
-    return {"plugin": provision.plugin, "source": provision.source.describe(), "op": provision.op}
+    return {"plugin": provision.plugin, "source": provision.source.describe(), "op": provision.op,
+            "claims": _other_claims(provision.op, provision.plugin, run)}
+
+
+def _other_claims(op: str, provider: str | None, run: AuditRun) -> list[dict[str, Any]]:
+    """The claims on ``op`` for this device besides ``provider``'s: the plugins left out and those blocked (a
+    blocked plugin is no contestant: this is where a built-in taking over from it shows)."""
+    return [claim.as_json() for claim in claims(op, run.registry, run.target.device)
+            if claim.plugin != provider and claim.status != "elsewhere"]
+
+
+def _decomposition_json(decomposed: Decomposed, run: AuditRun) -> dict[str, Any]:
+    source = decomposed.source
+    if source is None:  # the pass's own rewrite: named with the plugin that registered the pass
+        spec = next((s for s in run.registry.pass_specs(include_blocked=True) if s.name == decomposed.stage), None)
+        source = f"pass {decomposed.stage!r}" + (f" of {spec.source.describe()}" if spec is not None else "")
+    return {"op": decomposed.op, "stage": decomposed.stage, "plugin": decomposed.plugin, "source": source,
+            "nodes": [_node_json(n) for n in decomposed.nodes],
+            "claims": _other_claims(decomposed.op, decomposed.plugin, run)}
 
 
 def _model_json(audit: ModelAudit, run: AuditRun) -> dict[str, Any]:
@@ -151,6 +233,8 @@ def _model_json(audit: ModelAudit, run: AuditRun) -> dict[str, Any]:
             "message": failure.message,
             "op": failure.op,
             "node": None if failure.node is None else _node_json(failure.node),
+            "source": None if failure.source is None else _source_json(failure.source),
+            "fixes": stop_fixes(failure, run) if failure.kind == "stopped" else [],
             "traceback": failure.traceback[-6000:],
         },
         "timings_s": timings,
@@ -158,6 +242,7 @@ def _model_json(audit: ModelAudit, run: AuditRun) -> dict[str, Any]:
         "declines": [{"op": d.op, "node": d.node, "where": d.where, "reason": d.reason} for d in audit.declines],
         "precision": [{"op": c.op, "node": c.node, "where": c.where, "change": "float64 computed as float32"}
                       for c in audit.precision],
+        "decompositions": [_decomposition_json(d, run) for d in audit.decompositions],
         "cached": False,
     }
 
@@ -199,17 +284,16 @@ def exit_code_of(models: list[dict[str, Any]], interrupted: bool = False) -> int
     if interrupted:
         return EXIT_INTERRUPTED
     statuses = {m["status"] for m in models}
-    if statuses & {"limitation", "error", "unchecked", "interrupted"}:
+    if statuses & set(INCOMPLETE):
         return EXIT_INCOMPLETE
-    return EXIT_MISSING if statuses & {"missing", "wrong"} else EXIT_CLEAN
+    return EXIT_FINDINGS if statuses & set(FINDINGS) else EXIT_CLEAN
 
 
 def document_of(models: list[dict[str, Any]], *, plugins: bool, interrupted: bool = False,
                 target: Target = METAL) -> dict[str, Any]:
     """The JSON report for ``models`` (each as :func:`to_json` writes it), summary and status computed
     from them: one run's, or several merged (``shimkit audit merge``, ``-j``)."""
-    counts = {status: sum(m["status"] == status for m in models)
-              for status in ("clean", "missing", "wrong", "unchecked", "limitation", "error", "interrupted")}
+    counts = {status: sum(m["status"] == status for m in models) for status in MODEL_STATUSES}
     code = exit_code_of(models, interrupted)
     return {
         "schema_version": SCHEMA_VERSION,
@@ -218,7 +302,8 @@ def document_of(models: list[dict[str, Any]], *, plugins: bool, interrupted: boo
         "backend": target.backend,
         "device": target.device,
         "plugins": plugins,
-        "status": {EXIT_CLEAN: "clean", EXIT_MISSING: "missing", EXIT_INCOMPLETE: "incomplete",
+        # "missing" names every exit status 1 (any finding), as it did before stops and wrong numbers were findings.
+        "status": {EXIT_CLEAN: "clean", EXIT_FINDINGS: "missing", EXIT_INCOMPLETE: "incomplete",
                    EXIT_INTERRUPTED: "interrupted"}[code],
         "exit_code": code,
         "summary": {
@@ -231,12 +316,28 @@ def document_of(models: list[dict[str, Any]], *, plugins: bool, interrupted: boo
     }
 
 
+def _line_text(source: dict[str, Any]) -> str:
+    code = f": {source['code']}" if source["code"] else ""
+    return f"{source['file']}:{source['line']} in {source['function']}{code}"
+
+
 def _source_text(node: dict[str, Any]) -> str:
     source = node["source"]
     if source is None:
         return f"{node['name']} ({node['target']}): no source line (the node was created by a pass)"
-    code = f": {source['code']}" if source["code"] else ""
-    return f"{node['name']} ({node['target']}) at {source['file']}:{source['line']} in {source['function']}{code}"
+    return f"{node['name']} ({node['target']}) at {_line_text(source)}"
+
+
+def _provided_by(provider: dict[str, Any] | None) -> str:
+    if provider is None:
+        return "?"
+    return f"plugin {provider['plugin']!r} ({provider['source']})" if provider["plugin"] else provider["source"]
+
+
+def _claims_text(found: Any) -> list[str]:
+    """The other claims on what a line above provides: who lost it and why, who is blocked."""
+    return [f"      also claimed by {c['plugin']!r} ({c['source']}, priority {c['priority']}), offering "
+            f"{', '.join(c['offers'])}: {c['status']} ({c['why']})" for c in found]
 
 
 def render_model(model: dict[str, Any]) -> str:
@@ -248,10 +349,20 @@ def render_model(model: dict[str, Any]) -> str:
     for kernel in model["kernels"]:
         if kernel["status"] == "supported":
             provider = kernel["provider"]
-            by = (provider["plugin"] or "upstream") if provider else "?"
-            lines.append(f"  {kernel['name']:<{width}}  {kernel['mechanism']:<14}  {by}")
+            lines.append(f"  {kernel['name']:<{width}}  {kernel['mechanism']:<14}  {_provided_by(provider)}")
+            lines += _claims_text(provider.get("claims", ()) if provider else ())
         else:
             lines.append(f"  {kernel['name']:<{width}}  {kernel['mechanism']:<14}  MISSING")
+    for decomposed in model.get("decompositions", ()):  # reports written before the field have none
+        if decomposed["stage"] == PRE_EDGE:
+            when = ", before to_edge"
+        elif decomposed["source"].startswith(f"pass {decomposed['stage']!r}"):  # the source names the pass already
+            when = ""
+        else:
+            when = f", in pass {decomposed['stage']!r}"
+        lines.append(f"  decomposed {decomposed['op']} by {_provided_by(decomposed)}{when}")
+        lines += [f"    at {_source_text(node)}" for node in decomposed["nodes"]]
+        lines += _claims_text(decomposed["claims"])
     for kernel in model["kernels"]:
         if kernel["status"] != "missing":
             continue
@@ -262,7 +373,8 @@ def render_model(model: dict[str, Any]) -> str:
             lines.append(f"    fix: {fix}")
     failure = model["failure"]
     if failure is not None:
-        label = {"limitation": "audit limitation (lowering ran real work on the fake mps device)",
+        label = {"stopped": "stopped (a finding in the model)",
+                 "limitation": "audit limitation (lowering ran real work on the fake mps device)",
                  "interrupted": "interrupted (the models after it were not audited)"}.get(
                      failure["kind"], "audit could not run")
         message = failure["message"].replace("\n", "\n      ")
@@ -271,6 +383,10 @@ def render_model(model: dict[str, Any]) -> str:
             lines.append(f"    op {failure['op']}")
         if failure["node"]:
             lines.append(f"    at {_source_text(failure['node'])}")
+        elif failure.get("source"):  # reports written before the field have none
+            lines.append(f"    at {_line_text(failure['source'])}")
+        for fix in failure.get("fixes", ()):
+            lines.append(f"    fix: {fix}")
     for decline in model["declines"]:
         lines.append(f"  declined: {decline['op']} at {decline['where']}: {decline['reason']}")
     for change in model.get("precision", ()):
@@ -319,7 +435,8 @@ def render_table(document: dict[str, Any]) -> str:
     mode = "shimkit plugins" if document["plugins"] else "stock upstream (--no-plugins)"
     out.append("")
     out.append(f"{summary['models']} models with {mode}: {summary['clean']} clean, {summary['missing']} "
-               f"missing kernels, {summary['wrong']} wrong numbers, {summary['unchecked']} numerics unchecked, "
+               f"missing kernels, {summary['wrong']} wrong numbers, {summary.get('stopped', 0)} stopped at an op, "
+               f"{summary['unchecked']} numerics unchecked, "
                f"{summary['limitation']} audit limitations, "
                f"{summary['error']} error{'' if summary['error'] == 1 else 's'}")
     if summary.get("cached"):
@@ -329,10 +446,22 @@ def render_table(document: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def render_conflicts(conflicts: list[dict[str, Any]]) -> str:
+    """Every contested claim (``plugin_conflicts``): what, who won and why, who was left out."""
+    lines = ["plugin conflicts (claims several active plugins made; the winner serves every model):"]
+    for conflict in conflicts:
+        left_out = ", ".join(map(repr, conflict["left_out"]))
+        why = f": {conflict['why']}" if conflict.get("why") else f" (by {conflict['settled_by']})"
+        lines.append(f"  {conflict['what']} on {conflict['device']}: {conflict['winner']!r} wins over {left_out}{why}")
+    return "\n".join(lines)
+
+
 def render_text(document: dict[str, Any]) -> str:
     sections = [render_model(m) for m in document["models"]]
     if len(document["models"]) > 1:
         sections.append(render_table(document))
+    if document.get("plugin_conflicts"):  # the command's report has them; to_json's has no registry-wide part
+        sections.append(render_conflicts(document["plugin_conflicts"]))
     return "\n\n".join(sections)
 
 

@@ -27,10 +27,12 @@ from shimkit._patching import ScopedPatches
 from shimkit.audit.fake_mps import fake_mps_lowering
 from shimkit.audit.numerics import NumericsReport, NumericsUnavailable
 from shimkit.audit.options import AuditOptions, Numerics
+from shimkit.audit.provenance import PRE_EDGE, Decomposed, decompositions_applied, recording_decompositions
+from shimkit.audit.linkage import unserved
 from shimkit.audit.loader import LoadedModel
 from shimkit.audit.names import check_program
 from shimkit.passes.aliased_constants import merge_constants_aliasing_buffers
-from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder, graph_node, raised_at
+from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder, SourceLine, graph_node, op_label, raised_at
 from shimkit.audit.speed import cia_ops_materialized_once
 from shimkit.audit.targets import METAL, Target
 from shimkit.passes.decompose import Decline, recording_declines
@@ -54,16 +56,19 @@ _UPSTREAM_MISSING = re.compile(r"^Method \S+ missing fallback kernels \(\d+ tota
 
 @dataclass
 class Failure:
-    """Why a model's audit stopped: ``kind`` is ``limitation`` (lowering tried to run real work on
-    the fake device, a known gap of the method) or ``error`` (anything else: the model itself, or a
-    pass, fails to lower)."""
+    """Why a model's audit stopped: ``kind`` is ``stopped`` (a finding in the model: ``to_edge`` or
+    ``torch.export`` refuses an op the model calls, named with its node and source line), ``limitation``
+    (lowering tried to run real work on the fake device, a known gap of the method) or ``error`` (anything
+    else: the audit could not run the model's lowering to its end)."""
 
-    kind: str  # limitation, error or interrupted (Ctrl-C: the models after it were not audited)
+    kind: str  # stopped, limitation, error or interrupted (Ctrl-C: the models after it were not audited)
     phase: str
     message: str
     op: str | None = None
     node: GraphNode | None = None
     traceback: str = ""
+    source: SourceLine | None = None  # the user's line: the node's, or (export) the model's frame that raised
+    fixes: list[str] = field(default_factory=list)  # what would let a stopped model through (more in the report)
 
 
 @dataclass
@@ -79,6 +84,7 @@ class ModelAudit:
     numerics: NumericsReport | None = None
     declines: list[Decline] = field(default_factory=list)
     precision: list[PrecisionChange] = field(default_factory=list)
+    decompositions: list[Decomposed] = field(default_factory=list)  # which plugin's decomposition took which node
 
     @property
     def missing(self) -> list[KernelCall]:
@@ -201,9 +207,20 @@ def _watch_lowering(patches: ScopedPatches, backend_cls: Any, clock: _PhaseClock
 
 
 _MESSAGE_LIMIT = 4000
+# The edge verifier's refusal of an op outside core ATen (torch._export.verifier, ExecuTorch's edge verifier),
+# as the first line of its message spells the op.
+_NOT_CORE = re.compile(r"Operator torch\._ops\.(?P<op>\S+) is not in Core ATen opset")
 
 
 def _describe_failure(error: BaseException, watch: _LoweringWatch) -> Failure:
+    chain = [error]
+    while (cause := chain[-1].__cause__ or chain[-1].__context__) is not None:
+        chain.append(cause)
+    stop = _stop_at_edge(chain) if watch.current_phase == "to_edge" else (
+        _stop_at_export(chain, error) if watch.current_phase == "export" else None)
+    if stop is not None:
+        stop.traceback = "".join(traceback.format_exception(error))
+        return stop
     # Whole: the answer is often past the first line (SpecViolationError lists the operators after a colon).
     text = "\n".join(line.rstrip() for line in str(error).strip().splitlines() if line.strip())
     if len(text) > _MESSAGE_LIMIT:
@@ -212,9 +229,6 @@ def _describe_failure(error: BaseException, watch: _LoweringWatch) -> Failure:
     where = raised_at(error)
     if watch.current_phase == "export" and where is not None:  # the model's own code raised while traced
         message += f" (raised at {where.describe()})"
-    chain = [error]
-    while (cause := chain[-1].__cause__ or chain[-1].__context__) is not None:
-        chain.append(cause)
     real_work = any(_REAL_WORK_ON_FAKE_DEVICE.search(str(e)) for e in chain)
     node = op = None
     fx_node = next((getattr(e, _FAILING_NODE) for e in chain if hasattr(e, _FAILING_NODE)), None)
@@ -225,6 +239,69 @@ def _describe_failure(error: BaseException, watch: _LoweringWatch) -> Failure:
         kind="limitation" if real_work and watch.current_phase in _ON_FAKE_DEVICE else "error",
         phase=watch.current_phase, message=message, op=op, node=node,
         traceback="".join(traceback.format_exception(error)))
+
+
+def _stop_at_edge(chain: list[BaseException]) -> Failure | None:
+    """``to_edge``'s verifier refusing an op outside core ATen: a finding in the model, named by the op and the
+    node it stopped at. The verifier checks node after node (``for node in graph.nodes: ...
+    _check_valid_op(node.target)``), so the node is the innermost ``node`` of its frames."""
+    from torch._export.verifier import SpecViolationError
+
+    for error in chain:
+        match = _NOT_CORE.search(str(error)) if isinstance(error, SpecViolationError) else None
+        if match is None:
+            continue
+        fx_node = None
+        frame = error.__traceback__
+        while frame is not None:
+            candidate = frame.tb_frame.f_locals.get("node")
+            if isinstance(candidate, torch.fx.Node) and candidate.op == "call_function":
+                fx_node = candidate
+            frame = frame.tb_next
+        node = graph_node(fx_node) if fx_node is not None else None
+        op = node.target if node is not None else match["op"].replace(".", "::", 1)
+        # Its first line alone: the advice after it is about switching the verifier off, not about the model.
+        said = str(error).strip().splitlines()[0].rstrip('"')
+        return Failure("stopped", "to_edge", f"{op} is not core ATen, and to_edge's verifier stops at it before any "
+                       f"backend sees it ({type(error).__name__}: {said})", op=op, node=node,
+                       source=node.source if node is not None else None)
+    return None
+
+
+def _stop_at_export(chain: list[BaseException], error: BaseException) -> Failure | None:
+    """``torch.export`` refusing an op the model calls, or a value the model's code reads from its input's data:
+    a finding in the model, named by the op (where torch names one) and the model's line that called it."""
+    from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
+                                               UnsupportedOperatorException)
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    # Why export cannot trace the op, and what would let it (the op's name goes in at {op}).
+    why = {UnsupportedOperatorException: ("it has no fake (meta) kernel, so export cannot know what it returns",
+                                          "register a fake kernel for {op} (torch.library.register_fake)"),
+           DynamicOutputShapeException: ("its output's shape depends on its input's values",
+                                         "give {op} a fake kernel that allocates its output's size with "
+                                         "ctx.new_dynamic_size() (torch.library.register_fake), or use a form whose "
+                                         "size is fixed in advance"),
+           DataDependentOutputException: ("the model decides in Python on a value it returns, read from the input's "
+                                          "data", "express that decision in the graph (torch.where, torch.cond) "
+                                          "instead of reading {op}'s result in Python")}
+    # No plugin can act before the model is exported: the fix is in the model (or the op's registration).
+    where = raised_at(error)
+    for stop in chain:
+        func = getattr(stop, "func", None)
+        if type(stop) in why and func is not None:
+            op = op_label(func)
+            reason, fix = why[type(stop)]
+            return Failure("stopped", "export", f"torch.export cannot trace {op}: {reason}", op=op, source=where,
+                           fixes=[fix.format(op=op)])
+        if isinstance(stop, GuardOnDataDependentSymNode):
+            said = str(stop).strip().splitlines()[0]
+            return Failure("stopped", "export", "torch.export stops where the model's code needs, as a number, a size "
+                           f"or value that depends on its input's data ({type(stop).__name__}: {said})", source=where,
+                           fixes=["keep data-dependent values out of Python decisions at that line: torch.cond for a "
+                                  "branch, torch._check(...) to state a bound export can use, or a result whose "
+                                  "size is fixed in advance"])
+    return None
 
 
 def export_model(loaded: LoadedModel) -> torch.export.ExportedProgram:
@@ -274,6 +351,11 @@ def audit_loaded(loaded: LoadedModel, *, config: Any | None, options: AuditOptio
                     raise
                 audit.failure = _describe_failure(error, watch)  # raised by the model's own code
     audit.kernels = list(recorder.calls.values())
+    # Metal's runtime is the one whose API is known here (audit/linkage.py). A program --execute linked and ran
+    # answered the question for real: what it calls resolved.
+    executed = audit.numerics is not None and audit.numerics.ran == "program" and bool(audit.numerics.checks)
+    if options.target.device == METAL.device and not executed:
+        audit.kernels += unserved(recorder.runtime_calls.values(), config)
     audit.timings = {phase: clock.totals.get(phase, 0.0) for phase in PHASES}
     return audit
 
@@ -288,6 +370,8 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
 
         build_runtime_in_background(config)
 
+    applied: list[Any] = []  # (pass, op, node, decomposition), while the lowering runs
+    pre_edge: list[Decomposed] = []
     try:
         backend_cls, partitioner_cls = target.classes()
         with clock.phase("export"):
@@ -301,6 +385,7 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
                 from shimkit.integration import registry_backend
 
                 scope.enter_context(registry_backend(backend_cls, config))
+                applied = scope.enter_context(recording_decompositions())
             session = None if not target.fake_device else scope.enter_context(fake_mps_lowering(backend_cls))
             scope.enter_context(recorder.recording())
             audit.declines = scope.enter_context(recording_declines())
@@ -326,7 +411,7 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
                         if loaded.model is None and numerics:  # eager is the program as exported
                             float64_eager = copy.deepcopy(exported).module()
                         exported, audit.precision = lower_float64_as_float32(exported)
-                    exported = config.prepare_for_edge(exported)
+                    exported, pre_edge = _prepared_for_edge(config, exported)
                     edge_options["compile_config"] = config.edge_compile_config()
                 lowered = to_edge_transform_and_lower(
                     exported,
@@ -338,6 +423,9 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
             return  # the real backend cannot go on without the missing kernels, already recorded
         audit.failure = _describe_failure(error, watch)
         return
+    finally:  # what was decomposed before a failure is part of its story
+        if config is not None:
+            audit.decompositions = pre_edge + decompositions_applied(applied, config, target.backend)
     if numerics:
         executing = numerics is Numerics.EXECUTE
         with clock.phase("numerics"):
@@ -366,6 +454,34 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
                     f" (raised at {where.describe()})" if where else ""))
             if executing:
                 audit.numerics.ran = "program"
+
+
+def _prepared_for_edge(config: Any, exported: torch.export.ExportedProgram
+                       ) -> tuple[torch.export.ExportedProgram, list[Decomposed]]:
+    """``config.prepare_for_edge(exported)``, and the pre-edge decompositions it applied: each op of its table that
+    was in the program and is gone after it (``run_decompositions`` retraces the whole program, so the nodes it
+    decomposed are known by their op; one it declined keeps the op, and to_edge then stops at it)."""
+    table = {op_label(op) for op in config.pre_edge_decomposition_table}
+
+    def nodes_of(program: torch.export.ExportedProgram) -> dict[str, list[torch.fx.Node]]:
+        found: dict[str, list[torch.fx.Node]] = {}
+        for module in program.graph_module.modules():
+            if isinstance(module, torch.fx.GraphModule):
+                for node in module.graph.nodes:
+                    if node.op == "call_function":
+                        found.setdefault(op_label(node.target), []).append(node)
+        return found
+
+    before = {op: nodes for op, nodes in nodes_of(exported).items() if op in table}
+    prepared = config.prepare_for_edge(exported)
+    left = nodes_of(prepared) if before else {}
+    decomposed = []
+    for op, nodes in before.items():
+        if op not in left:
+            provision = config.capabilities.decompositions[op]
+            decomposed.append(Decomposed(op, PRE_EDGE, provision.plugin, provision.source.describe(),
+                                         [graph_node(n) for n in nodes]))
+    return prepared, decomposed
 
 
 class _LoweringLeftovers:

@@ -17,7 +17,7 @@ size and silently wrong at others. Such a trace is refused with a :class:`PassEr
 and the guard. A decomposition that cannot be exact for a call raises
 :class:`~shimkit.registry.DecompositionDeclined`: the node is left in place (the backend then reports
 its missing kernel) and the reason is kept in ``node.meta["shimkit_declined"]`` and in
-:func:`recording_declines`.
+:func:`recording_declines`; :func:`observing_decompositions` sees each one applied.
 
 In an edge program that the edge verifier checks afterwards (``EdgeProgramManager.transform``:
 :func:`~shimkit.passes.base.verified_as_edge`) a trace is brought to what ``to_edge`` itself would have
@@ -63,6 +63,21 @@ class Decline:
 
 
 _declines: contextvars.ContextVar[list[Decline] | None] = contextvars.ContextVar("shimkit_declines", default=None)
+_on_applied: contextvars.ContextVar[Callable[[str, torch._ops.OpOverload, fx.Node, Callable[..., Any]], None] | None] = (
+    contextvars.ContextVar("shimkit_on_applied", default=None))
+
+
+@contextlib.contextmanager
+def observing_decompositions(
+        callback: Callable[[str, torch._ops.OpOverload, fx.Node, Callable[..., Any]], None]) -> Iterator[None]:
+    """Call ``callback(pass_name, op, node, decomposition)`` for every node a decomposition pass replaces inside
+    the block, before the node is spliced out (the decomposition is the one whose trace succeeded: the plugin's,
+    or the fallback table's where the plugin declined). The audit's provenance report is built from these."""
+    token = _on_applied.set(callback)
+    try:
+        yield
+    finally:
+        _on_applied.reset(token)
 
 
 @contextlib.contextmanager
@@ -306,6 +321,9 @@ class DecomposeInPlace(ShimkitPass):
             if collected is not None:
                 collected.append(Decline(op.name(), node.name, describe_node(node), declined.reason))
             return False
+        observer = _on_applied.get()
+        if observer is not None:
+            observer(self.name, op, node, decomposition)
         if template.problems:
             raise PassError(self.pass_name, node, f"the decomposition of {op} "
                             f"({getattr(decomposition, '__qualname__', decomposition)}) writes "

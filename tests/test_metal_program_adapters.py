@@ -421,62 +421,10 @@ NONZERO_MODEL = """
         return Model(), (x,)
 """
 
-# What the generated wrapper calls to read nonzero's row count (RAIIAtenTensorHandle::size), written over the
-# stand-in's public accessors. Test-only: ExecuTorch's Metal runtime has no such function.
-GET_SIZE = """
-#include <executorch/backends/aoti/common_shims.h>
 
-namespace executorch {
-namespace backends {
-namespace aoti {
-
-extern "C" AOTITorchError aoti_torch_get_size(Tensor* tensor, int64_t d, int64_t* ret_size) {
-  int64_t dim = 0;
-  int64_t* sizes = nullptr;
-  if (ret_size == nullptr) return Error::InvalidArgument;
-  Error error = aoti_torch_get_dim(tensor, &dim);
-  if (error != Error::Ok) return error;
-  if (d < 0) d += dim;
-  if (d < 0 || d >= dim) return Error::InvalidArgument;
-  error = aoti_torch_get_sizes(tensor, &sizes);
-  if (error != Error::Ok) return error;
-  *ret_size = sizes[d];
-  return Error::Ok;
-}
-
-}  // namespace aoti
-}  // namespace backends
-}  // namespace executorch
-"""
-
-
-def test_nonzero_program_reaches_the_adapter_but_cannot_link_without_aoti_torch_get_size(tmp_path):
-    audit = _execute(_write_model(tmp_path, "nonzero_model", NONZERO_MODEL))
-    assert "at::_ops::nonzero::call" in _kernels(audit)
-    assert audit.failure is None and audit.numerics.ran == "program"
-    assert audit.status == "unchecked"  # no verdict on the numbers: never "wrong"
-    assert "Unlinkable" in audit.numerics.unavailable and "aoti_torch_get_size" in audit.numerics.unavailable
-    assert "aoti_torch_mps_nonzero" not in audit.numerics.unavailable  # the adapter itself links
-
-
-class _WithRuntimeSources:
-    """A backend configuration whose runtime carries ``extra`` C++ sources besides its plugins' adapters."""
-
-    def __init__(self, config, *extra: str) -> None:
-        self.config, self.extra = config, extra
-        self.kernel_sources = config.kernel_sources
-        self.standin_sources = (*config.standin_sources, *extra)
-        self.msl_shims = config.msl_shims
-        self.device = config.device
-
-
-def test_nonzero_adapter_in_a_whole_program_given_a_size_accessor(tmp_path, monkeypatch):
-    accessor = str(_stable_folder({"aoti_torch_get_size.cpp": GET_SIZE}) / "aoti_torch_get_size.cpp")
-    _check_programs_link_their_own_runtime(_WithRuntimeSources(_config(), accessor))
-    executed_programs = numerics_check.executed_programs
-    monkeypatch.setattr(numerics_check, "executed_programs",
-                        lambda sources, graphs, config: executed_programs(sources, graphs,
-                                                                          _WithRuntimeSources(config, accessor)))
+def test_nonzero_program_links_with_the_plugins_size_accessor_and_computes_like_eager(tmp_path):
+    """The wrapper reads nonzero's row count with aoti_torch_get_size, which ExecuTorch's Metal runtime lacks:
+    without the plugin's kernel/aoti_torch_get_size.cpp the program did not link (Unlinkable)."""
     audit = _execute(_write_model(tmp_path, "nonzero_model", NONZERO_MODEL))
     _assert_ran_clean(audit, "at::_ops::nonzero::call")
 

@@ -7,6 +7,8 @@ the data: Inductor leaves it to the c-shim ``aoti_torch_mps_nonzero`` (recorded 
 total, which the host reads to size the result, as ATen's own mps ``nonzero`` waits for its count; a second
 writes the coordinates) dispatched by ``kernel/nonzero_shim_mps.mm`` on the Mac and by :func:`launch_nonzero`
 here, with the same buffers, through ``shimkit.metal`` (checked against ``torch.nonzero`` in every dtype).
+The program then reads the row count with ``aoti_torch_get_size``, which the runtime lacks too (it has
+``aoti_torch_get_sizes``): ``kernel/aoti_torch_get_size.cpp`` defines it, so the whole program links.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def launch_nonzero(library, self: torch.Tensor) -> torch.Tensor:
 KERNEL = Kernel(
     name="nonzero",
     directory=str(Path(__file__).resolve().parent / "kernel"),
-    runtime_sources=("nonzero.metal", "nonzero_shim_mps.mm"),
+    runtime_sources=("nonzero.metal", "nonzero_shim_mps.mm", "aoti_torch_get_size.cpp"),
     msl=MslKernel(source="nonzero.metal", function="nonzero", dtypes=NONZERO_DTYPES, launch=launch_nonzero),
     uses_sdk=False,
 )
