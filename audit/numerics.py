@@ -221,7 +221,7 @@ class AotiCompiled:
 
         dynamic = tuple({d: Dim.DYNAMIC for d in dims} or None for dims in self.dynamic_dims)
         on_device = [o.to(self.device) if isinstance(o, torch.Tensor) else o for o in operands]
-        exported = torch.export.export(self.module, tuple(on_device),
+        exported = torch.export.export(module_on(self.module, self.device), tuple(on_device),
                                        dynamic_shapes=dynamic if any(self.dynamic_dims) else None, strict=False)
         self._modules = custom_op_modules(exported.graph)
         self._folder = tempfile.TemporaryDirectory(prefix="shimkit-aoti-")
@@ -253,6 +253,23 @@ class AotiCompiled:
             lines = [line for line in child.stderr.splitlines() if line.strip()]
             raise NumericsUnavailable(f"AOTInductor's compile-and-run process {died}: {' | '.join(lines[-3:])[:400]}")
         return torch.load(f"{folder}/outputs.pt")
+
+
+def module_on(module: fx.GraphModule, device: torch.device) -> fx.GraphModule:
+    """A copy of ``module`` with its parameters, buffers and every other tensor its graph reads on
+    ``device``. ``Module.to`` moves parameters and buffers only: a constant the model makes in ``forward``
+    (``index = torch.tensor([0, 2])`` for a ``scatter_add``) is a plain attribute of the graph module, and
+    left on the CPU it met the GPU operands ("Expected all tensors to be on the same device")."""
+    import copy
+
+    moved = copy.deepcopy(module).to(device)
+    for node in moved.graph.find_nodes(op="get_attr"):
+        *path, name = node.target.split(".")
+        owner = _attribute(moved, ".".join(path)) if path else moved
+        value = getattr(owner, name)
+        if isinstance(value, torch.Tensor) and name not in owner._parameters and name not in owner._buffers:
+            setattr(owner, name, value.to(device))
+    return moved
 
 
 def executed_programs(wrapper_sources: list[str], graphs: list[fx.GraphModule], config: Any | None) -> list[Any]:
@@ -294,14 +311,19 @@ class _ExecutedProgram:
 
 
 def on_device(model: Callable[..., Any], device: torch.device) -> Callable[..., Any]:
-    """``model`` run on ``device``: a copy of it moved there, CPU inputs moved in, outputs back to the CPU."""
+    """``model`` run on ``device``: a copy of it moved there, CPU inputs moved in, outputs back to the CPU.
+    It runs with ``device`` as the default device, so that a tensor ``forward`` makes without naming a device
+    (``torch.zeros(2, 4).scatter_add(1, torch.tensor(...), x)``) is made there, as in the lowered program,
+    whose constants live on the device: on the CPU it met the GPU operands and the check was lost."""
     import copy
 
     moved = copy.deepcopy(model).to(device) if isinstance(model, torch.nn.Module) else model
 
     def run(*inputs: Any) -> Any:
         inputs = pytree.tree_map(lambda v: v.to(device) if isinstance(v, torch.Tensor) else v, inputs)
-        return pytree.tree_map(lambda v: v.cpu() if isinstance(v, torch.Tensor) else v, moved(*inputs))
+        with device:
+            outputs = moved(*inputs)
+        return pytree.tree_map(lambda v: v.cpu() if isinstance(v, torch.Tensor) else v, outputs)
 
     return run
 

@@ -213,3 +213,38 @@ def test_cuda_writes_out_the_conformers_depthwise_conv1d_as_the_partitioner_keep
     assert decompose(exported.graph_module).modified
     assert conv1d_groups() == [1, 1]
     torch.testing.assert_close(exported.module()(*loaded.example_inputs), expected, rtol=1e-5, atol=1e-5)
+
+
+class _ScatterByConstant(torch.nn.Module):
+    def forward(self, x):
+        index = torch.tensor([[0, 2, 1], [2, 0, 0]])  # a constant of the graph module, not a buffer
+        return torch.zeros(2, 3).scatter_add(1, index, x)
+
+
+def test_the_program_compiled_for_the_gpu_carries_its_constants_there():
+    """On the H200 a scatter_add's numerics were "unchecked": its index, made in forward, stayed on the CPU
+    while the operands went to the GPU (Module.to moves parameters and buffers only)."""
+    from shimkit.audit.numerics import module_on
+
+    x = torch.randn(2, 3)
+    module = torch.export.export(_ScatterByConstant(), (x,)).module()
+    constants = [node.target for node in module.graph.find_nodes(op="get_attr")]
+    assert constants and all(getattr(module, name).device.type == "cpu" for name in constants)
+    moved = module_on(module, torch.device("meta"))
+    assert all(getattr(moved, name).device.type == "meta" for name in constants)
+    assert all(getattr(module, name).device.type == "cpu" for name in constants)  # a copy: the audit's own stays
+    torch.testing.assert_close(module_on(module, torch.device("cpu"))(x), _ScatterByConstant()(x))
+
+
+def test_eager_on_the_gpu_makes_the_models_own_tensors_there():
+    """The H200's scatter_add was "unchecked" because eager CUDA failed: ``torch.zeros`` and ``torch.tensor``
+    in ``forward`` made CPU tensors beside the GPU input. The check runs the model with the device as the
+    default one (here the meta device stands in for the GPU)."""
+    from shimkit.audit.numerics import on_device
+
+    class MadeInForward(torch.nn.Module):
+        def forward(self, x):
+            return torch.zeros(1).device == x.device
+
+    assert on_device(MadeInForward(), torch.device("meta"))(torch.ones(2)) is True
+    assert MadeInForward()(torch.ones(2, device="meta")) is False

@@ -21,8 +21,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPROS = ("linear_cumsum", "sort_values", "sdpa_float32", "sdpa_bfloat16", "sdpa_bfloat16_blocks",
-          "gru_sequence")
-RANK = {"clean": 0, "unchecked": 1, "missing": 2, "wrong": 2, "limitation": 3, "error": 3, "interrupted": 4}
+          "gru_sequence", "conv_transpose_upsampler", "latent_generator", "scatter_add_constant_index")
+RANK = {"clean": 0, "unchecked": 1, "missing": 2, "wrong": 2, "stopped": 3, "limitation": 3, "error": 3,
+        "interrupted": 4}
 
 
 def model_specs() -> list[str]:
