@@ -363,3 +363,38 @@ def test_max_and_min_take_the_number_where_one_side_is_nan(pairs):
         expected = numbers.max() if len(numbers) else torch.tensor(float("nan"))
         torch.testing.assert_close(got[first:first + 32, 3], expected.expand(len(lanes)), rtol=0, atol=0,
                                    equal_nan=True)
+
+
+AXPB = compile_shader("""
+kernel void axpb(device float* y, constant float* x, uint i [[thread_position_in_grid]]) { y[i] = 2 * x[i] + 1; }
+""")
+
+
+def _axpb_in_forked_child(size: int) -> None:
+    import os
+
+    torch.set_num_threads(1)  # the child must not wait on the parent's OpenMP threads either
+    x = torch.arange(size, dtype=torch.float32)
+    y = torch.empty(size)
+    AXPB.axpb(y, x, threads=size)
+    os._exit(0 if torch.equal(y, 2 * x + 1) else 1)
+
+
+def test_launch_workers_serve_launch_after_launch_and_a_forked_child_starts_its_own():
+    """Grids of 64K threads and more run on a pool of threads that outlives each launch; the audit forks its
+    workers after kernels ran, and a child waiting on the parent's pool threads (which it does not have) would
+    hang: it makes its own."""
+    import multiprocessing
+
+    size = 1 << 17
+    x = torch.randn(size)
+    for _ in range(3):
+        y = torch.full((size,), float("nan"))
+        AXPB.axpb(y, x, threads=size)
+        torch.testing.assert_close(y, 2 * x + 1, rtol=0, atol=0)
+    child = multiprocessing.get_context("fork").Process(target=_axpb_in_forked_child, args=(size,))
+    child.start()
+    child.join(120)
+    if child.exitcode is None:
+        child.kill()
+    assert child.exitcode == 0

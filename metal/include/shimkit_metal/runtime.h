@@ -11,11 +11,15 @@
 // which no thread can progress is a deadlock, reported with what each thread waits for.
 #pragma once
 
+#include <unistd.h>
+
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -378,6 +382,75 @@ inline unsigned long measure_threadgroup(Call call) {
   return measured;
 }
 
+// Threads that outlive a launch. Starting std::threads on every launch cost tens of microseconds each on a quiet
+// machine and far more under load (the elementwise bench during a CI run: 7.0x eager, where POCL's pool stayed
+// at 0.78x). Workers wait on a condition variable between launches; one launch uses the pool at a time, and a
+// launch that finds it busy (another host thread, or a kernel launched from inside one) starts its own threads.
+class WorkerPool {
+ public:
+  // Runs share(w) for every w in [0, workers): share(0) on the calling thread, the others on the pool's
+  // threads; returns once all have. False, having run nothing, when another launch holds the pool.
+  bool try_run(int workers, const std::function<void(int)>& share) {
+    std::unique_lock<std::mutex> held(in_use_, std::try_to_lock);
+    if (!held.owns_lock()) return false;
+    {
+      std::lock_guard<std::mutex> lock(state_);
+      while (started_ < workers - 1) {
+        ++started_;
+        // Detached: the pool lives as long as the process (see worker_pool), and exit ends the threads.
+        std::thread([this, id = started_] { serve(id); }).detach();
+      }
+      job_ = &share;
+      job_workers_ = workers;
+      pending_ = workers - 1;
+      ++generation_;
+    }
+    wake_.notify_all();
+    share(0);
+    std::unique_lock<std::mutex> lock(state_);
+    finished_.wait(lock, [this] { return pending_ == 0; });
+    job_ = nullptr;
+    return true;
+  }
+
+ private:
+  void serve(int id) {
+    unsigned long seen = 0;
+    std::unique_lock<std::mutex> lock(state_);
+    for (;;) {
+      wake_.wait(lock, [&] { return generation_ != seen; });
+      seen = generation_;
+      if (id >= job_workers_) continue;  // a smaller launch than the pool
+      const std::function<void(int)>* job = job_;
+      lock.unlock();
+      (*job)(id);
+      lock.lock();
+      if (--pending_ == 0) finished_.notify_one();
+    }
+  }
+
+  std::mutex in_use_;
+  std::mutex state_;
+  std::condition_variable wake_, finished_;
+  const std::function<void(int)>* job_ = nullptr;
+  int job_workers_ = 0, pending_ = 0, started_ = 0;
+  unsigned long generation_ = 0;
+};
+
+// The process's pool, made on first use and never destroyed: a destructor at exit would wait on threads that
+// may be gone. A forked child (the audit's workers) makes its own: the parent's threads do not exist there.
+inline WorkerPool& worker_pool() {
+  static std::mutex guard;
+  static WorkerPool* pool = nullptr;
+  static pid_t owner = 0;
+  std::lock_guard<std::mutex> lock(guard);
+  if (pool == nullptr || owner != getpid()) {
+    pool = new WorkerPool();
+    owner = getpid();
+  }
+  return *pool;
+}
+
 // Runs the grid; returns 0, or -1 with last_error set.
 template <Execution E, class Body>
 inline int launch(const Dispatch& d, Body body) {
@@ -392,19 +465,20 @@ inline int launch(const Dispatch& d, Body body) {
       run_groups<E>(d, 0, total, body);
       return 0;
     }
-    std::vector<std::thread> pool;
     std::vector<std::exception_ptr> failures(workers);
-    const auto share = [&](int w) {
+    const std::function<void(int)> share = [&](int w) {
       try {
         run_groups<E>(d, total * w / workers, total * (w + 1) / workers, body);
       } catch (...) {
         failures[w] = std::current_exception();
       }
     };
-    // The calling thread runs the first share: one thread fewer to start on every launch.
-    for (int w = 1; w < workers; ++w) pool.emplace_back(share, w);
-    share(0);
-    for (auto& t : pool) t.join();
+    if (!worker_pool().try_run(workers, share)) {
+      std::vector<std::thread> own;
+      for (int w = 1; w < workers; ++w) own.emplace_back(share, w);
+      share(0);
+      for (auto& t : own) t.join();
+    }
     for (auto& f : failures)
       if (f) std::rethrow_exception(f);
     return 0;
