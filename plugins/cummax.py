@@ -20,9 +20,9 @@ from typing import Callable
 
 import torch
 
-from shimkit.plugins.cumsum import largest_size
+from shimkit.plugins.cumsum import scan_bound
 from shimkit.plugins.shared import float32_tensors
-from shimkit.registry import DecompositionDeclined, OpPlugin, hookimpl
+from shimkit.registry import OpPlugin, hookimpl
 
 CUMMAX = "aten::cummax.default"
 CUMMIN = "aten::cummin.default"
@@ -39,11 +39,7 @@ def running_extreme(self: torch.Tensor, dim: int, beats: Callable[[torch.Tensor,
         return self.clone(), torch.zeros((), dtype=torch.int64, device=self.device)
     dim %= rank
     length = self.shape[dim]
-    largest = largest_size(length)
-    if largest is None:
-        raise DecompositionDeclined(
-            f"{op} scans dim {dim}, a dynamic size ({length}) with no upper bound, and a log-step scan "
-            f"needs one: export with an upper bound on that dimension (torch.export.Dim(..., max=N))")
+    largest = scan_bound(length, dim, op)
     positions = torch.arange(length, device=self.device)
     along_dim = [length if d == dim else 1 for d in range(self.dim())]
     values, indices = self, positions.reshape(along_dim).expand(self.shape)

@@ -47,6 +47,17 @@ def largest_size(size: int | torch.SymInt) -> int | None:
     return finite_bound(node.shape_env.bound_sympy(node.expr).upper)
 
 
+def scan_bound(length: int | torch.SymInt, dim: int, op: str) -> int:
+    """The largest size a scanned dimension of ``length`` can take, which bounds a log-step scan's steps;
+    :class:`DecompositionDeclined` (naming ``op``) for a dynamic size with no upper bound."""
+    largest = largest_size(length)
+    if largest is None:
+        raise DecompositionDeclined(
+            f"{op} scans dim {dim}, a dynamic size ({length}) with no upper bound, and a log-step scan "
+            f"needs one: export with an upper bound on that dimension (torch.export.Dim(..., max=N))")
+    return largest
+
+
 def log_step_scan(values: torch.Tensor, dim: int, combine: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                   identity: float, op: str) -> torch.Tensor:
     """The inclusive scan of ``values`` along ``dim`` (already checked and made non-negative) under
@@ -54,11 +65,7 @@ def log_step_scan(values: torch.Tensor, dim: int, combine: Callable[[torch.Tenso
     size ``dim`` can take. Raises :class:`DecompositionDeclined` (naming ``op``) for an unbounded
     dynamic dimension."""
     length = values.shape[dim]
-    largest = largest_size(length)
-    if largest is None:
-        raise DecompositionDeclined(
-            f"{op} scans dim {dim}, a dynamic size ({length}) with no upper bound, and a log-step scan "
-            f"needs one: export with an upper bound on that dimension (torch.export.Dim(..., max=N))")
+    largest = scan_bound(length, dim, op)
     positions = torch.arange(length, device=values.device)
     along_dim = [length if d == dim else 1 for d in range(values.dim())]
     neutral = torch.full((), identity, dtype=values.dtype, device=values.device)
