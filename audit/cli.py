@@ -36,8 +36,8 @@ with the graph nodes and source lines behind it and what would fix it.
 MODEL is a bundled zoo name, path/to/file.py:factory (factory() returns (model, example_inputs)) or
 a saved .pt2 ExportedProgram. Without MODEL the whole bundled zoo is audited.
 
-`shimkit audit merge A.json B.json ...` combines --json reports (e.g. of --shard runs) into one, with
-the summary and exit status recomputed.
+`shimkit merge A.json B.json ...` combines --json reports (e.g. of --shard runs) into one, with the
+summary and exit status recomputed. (`shimkit audit merge A.json ...` still does, deprecated, for one release.)
 
 --backend cuda lowers for real through ExecuTorch's CudaBackend (Inductor's CUDA codegen, Triton, nvcc)
 with the same registry-derived configuration and the same report; it needs a CUDA GPU (docs/cuda.md).
@@ -103,6 +103,41 @@ def _cache_dir(text: str) -> str:
     return text
 
 
+def _writable_file(text: str) -> str:
+    """``--report``'s FILE, refused while parsing unless it can be written: not a folder, in an existing folder
+    this user can write (found out after the audit, the report was lost with minutes of work)."""
+    path = os.path.abspath(text)
+    folder = os.path.dirname(path)
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder, not a file to write")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {folder} is not a folder")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: permission denied")
+    try:  # as for --cache-dir: access(2) is no answer for root, nor in /proc; a file made and removed is
+        descriptor, probe = tempfile.mkstemp(prefix=".shimkit-probe-", dir=folder)
+        os.close(descriptor)
+        os.unlink(probe)
+    except OSError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {folder} is not writable "
+                                         f"({error.strerror})") from None
+    return text
+
+
+def _json_report(text: str) -> str:
+    """A report ``shimkit merge`` reads, refused while parsing (before torch is imported) unless it is a
+    readable ``shimkit audit --json`` document; whether several go together is checked when they are merged."""
+    try:
+        with open(text, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise argparse.ArgumentTypeError(f"{text}: not a readable JSON report ({reason})") from None
+    if not isinstance(document, dict) or document.get("tool") != "shimkit audit":
+        raise argparse.ArgumentTypeError(f"{text}: not a `shimkit audit --json` report")
+    return text
+
+
 # An op as --explain takes it, checked before torch is imported: ns::name[.overload], or name[.overload] in aten.
 _OP_NAME = re.compile(r"(?:(?P<namespace>[A-Za-z_]\w*)::)?(?P<name>[A-Za-z_]\w*)(?:\.(?P<overload>[A-Za-z_]\w*))?")
 
@@ -150,12 +185,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                              "(each model is audited in a worker process that can be stopped, also with -j 1)")
     parser.add_argument("--shard", type=_shard_selector, metavar="K/N",
                         help="audit only the K-th of N deterministic slices of the models (CI matrices); "
-                             "combine the --json reports with `shimkit audit merge A.json B.json ...`")
+                             "combine the --json reports with `shimkit merge A.json B.json ...`")
     parser.add_argument("--suite", action="append", default=[], metavar="SUITE[:PATTERN]",
                         help="also audit the models of an installed library's suite, e.g. transformers or "
                              "'transformers:*bert*' (random weights from configs, no downloads; "
                              "pip install shimkit[suites])")
-    parser.add_argument("--report", metavar="FILE",
+    parser.add_argument("--report", type=_writable_file, metavar="FILE",
                         help="also audit stock (--no-plugins) and write a Markdown coverage table to FILE: "
                              "model, status with shimkit, missing kernels, stock status")
     parser.add_argument("--cache-dir", type=_cache_dir, metavar="DIR",
@@ -247,8 +282,9 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
     stderr = stderr or sys.stderr
     from shimkit.audit.zoo import ZOO
 
-    if args.models and args.models[0] == "merge":
-        return merge(args.models[1:], args.json, stdout, stderr)
+    if is_deprecated_merge(args.models):
+        stderr.write(MERGE_DEPRECATED)
+        return merge(args.models[1:], args.json, stdout, stderr, report=args.report, prog="shimkit audit merge")
     if args.explain:
         return explain(args, stdout, stderr)
     if args.list_zoo:
@@ -383,20 +419,27 @@ def explain(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     return 0
 
 
-def coverage_table(audited: dict, stock: dict) -> str:
+def coverage_table(audited: dict, stock: dict | None) -> str:
     """The ``--report`` Markdown: per model (grouped by family: zoo, ``suite/family``), the status with
-    the audited setting, its missing kernels, and the stock status; then what provided each kernel and
-    decomposition (and who else claimed it), and every contested claim with its winner and why."""
-    stock_status = {m["name"]: m["status"] for m in stock["models"]}
+    the audited setting, its missing kernels, and the stock status (a column left out without ``stock``:
+    ``shimkit merge`` of reports with plugins alone); then what provided each kernel and decomposition (and
+    who else claimed it), and every contested claim with its winner and why."""
     setting = "shimkit" if audited["plugins"] else "stock"
-    lines = [f"# shimkit audit coverage ({len(audited['models'])} models)", "",
-             f"| model | {setting} | missing kernels | stock |", "| --- | --- | --- | --- |"]
-    for model in audited["models"]:
-        lines.append(f"| `{model['name']}` | {model['status']} | {_cell(_what_is_missing(model))} | "
-                     f"{stock_status.get(model['name'], '?')} |")
+    lines = [f"# shimkit audit coverage ({len(audited['models'])} models)", ""]
     summary = audited["summary"]
-    lines += ["", f"{summary['clean']} of {summary['models']} clean with {setting}; "
-              f"{sum(s == 'clean' for s in stock_status.values())} stock."]
+    if stock is None:
+        lines += [f"| model | {setting} | missing kernels |", "| --- | --- | --- |"]
+        lines += [f"| `{model['name']}` | {model['status']} | {_cell(_what_is_missing(model))} |"
+                  for model in audited["models"]]
+        lines += ["", f"{summary['clean']} of {summary['models']} clean with {setting}."]
+    else:
+        stock_status = {m["name"]: m["status"] for m in stock["models"]}
+        lines += [f"| model | {setting} | missing kernels | stock |", "| --- | --- | --- | --- |"]
+        for model in audited["models"]:
+            lines.append(f"| `{model['name']}` | {model['status']} | {_cell(_what_is_missing(model))} | "
+                         f"{stock_status.get(model['name'], '?')} |")
+        lines += ["", f"{summary['clean']} of {summary['models']} clean with {setting}; "
+                  f"{sum(s == 'clean' for s in stock_status.values())} stock."]
     provided = [row for model in audited["models"] for row in _provenance_rows(model)]
     if provided:
         lines += ["", "## What provided each kernel and decomposition", "",
@@ -424,7 +467,39 @@ def _what_is_missing(model: dict) -> str:
         return ""
     if failure["kind"] == "stopped":
         return f"stops at `{failure['op']}` in {failure['phase']}" if failure["op"] else f"stops in {failure['phase']}"
-    return failure["message"].splitlines()[0][:120]
+    return shorten(failure["message"].splitlines()[0])
+
+
+# How long a failure's message may be in a --report table cell.
+MESSAGE_CELL_WIDTH = 120
+
+
+def shorten(text: str, width: int = MESSAGE_CELL_WIDTH) -> str:
+    """``text`` in about ``width`` characters for a table cell, cut after a whole word with "…", never inside a
+    URL: one that would pass ``width`` is kept whole when it is the first thing cut (the link is what a reader
+    follows), and the words after it are left out. A first word longer than ``width`` that is no URL is cut.
+
+    >>> shorten("see https://github.com/pytorch/executorch/issues/1 for why", 20)
+    'see https://github.com/pytorch/executorch/issues/1 …'
+    >>> shorten("a b c d", 3)
+    'a b …'
+    """
+    if len(text) <= width:
+        return text
+    words = text.split()
+    kept: list[str] = []
+    length = 0
+    for word in words:
+        grown = length + len(word) + bool(kept)
+        if grown > width:
+            if "://" in word:  # a URL: whole, or not at all past this point
+                kept.append(word)
+            elif not kept:
+                kept.append(word[:width])
+            break
+        kept.append(word)
+        length = grown
+    return " ".join(kept) + (" …" if kept != words else "")
 
 
 def _provenance_rows(model: dict) -> list[str]:
@@ -457,16 +532,90 @@ def _write(document: dict, as_json: bool, stdout: TextIO) -> int:
     return document["exit_code"]
 
 
-def merge(paths: list[str], as_json: bool, stdout: TextIO, stderr: TextIO) -> int:
-    """``shimkit audit merge A.json B.json ...``."""
-    from shimkit.audit.parallel import MergeError, merge_reports
+MERGE_DEPRECATED = ("shimkit audit: `shimkit audit merge A.json ...` is deprecated and will be removed in the next "
+                    "release; use `shimkit merge A.json ...`\n")
+
+
+def is_deprecated_merge(models: list[str]) -> bool:
+    """Whether ``shimkit audit MODEL ...`` is the deprecated spelling of ``shimkit merge``: ``merge`` followed by
+    ``.json`` files alone. No MODEL ends in .json (models are zoo or suite names, file.py:factory, .pt2), so a
+    model named merge is audited as one: ``shimkit audit merge``, ``shimkit audit merge other.py:make``."""
+    return len(models) > 1 and models[0] == "merge" and all(m.endswith(".json") for m in models[1:])
+
+
+def merge(paths: list[str], as_json: bool, stdout: TextIO, stderr: TextIO, *, report: str | None = None,
+          stock: list[str] | None = None, prog: str = "shimkit merge") -> int:
+    """``shimkit merge A.json B.json ... [--report FILE [--stock S.json ...]]``: one report of several, on
+    ``stdout``; with ``report``, also the ``--report`` Markdown, its stock column from the merged ``stock``
+    reports (``--no-plugins`` ones), or from the reports themselves when they are stock, else left out."""
+    with _quiet_libraries():  # the report's modules import torch
+        from shimkit.audit.parallel import MergeError, merge_reports
+        from shimkit.audit.report import target_of
 
     try:
         document = merge_reports(paths)
+        stock_document = merge_reports(stock) if stock else None
     except MergeError as error:
-        stderr.write(f"shimkit audit merge: {error}\n")
+        stderr.write(f"{prog}: {error}\n")
         return EXIT_INCOMPLETE
+    if stock_document is not None:
+        problem = (f"--stock: {stock[0]} was audited with plugins; --stock takes `--no-plugins` reports"
+                   if stock_document["plugins"] else
+                   f"--stock: {stock[0]} was audited for {target_of(stock_document).backend}, the reports for "
+                   f"{target_of(document).backend}" if target_of(stock_document) != target_of(document) else None)
+        if problem:
+            stderr.write(f"{prog}: {problem}\n")
+            return EXIT_INCOMPLETE
+    if report:
+        if stock_document is None and not document["plugins"]:
+            stock_document = document
+        with open(report, "w", encoding="utf-8") as handle:
+            handle.write(coverage_table(document, stock_document))
     return _write(document, as_json, stdout)
+
+
+MERGE_DESCRIPTION = """\
+Combine `shimkit audit --json` reports (of --shard runs, of several machines or suites) into one: the
+models of each in the order given, the summary and exit status recomputed. The reports must share a schema
+version, a plugin setting and a backend.
+
+  shimkit audit --json --shard 1/2 > shard1.json     # on one machine
+  shimkit audit --json --shard 2/2 > shard2.json     # on another
+  shimkit merge shard1.json shard2.json              # one report; exit status as one audit's
+  shimkit merge shard*.json --report coverage.md     # also the Markdown table of `shimkit audit --report`
+"""
+
+MERGE_EPILOG = """\
+exit status: as `shimkit audit`'s for the merged models (0 all clean, 1 findings, 2 a model could not be audited,
+130 a report was interrupted); 2 also when the reports cannot be read or merged
+"""
+
+
+def configure_merge_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``shimkit merge``'s arguments, each checked while parsing, before torch is imported."""
+    parser.description = MERGE_DESCRIPTION
+    parser.epilog = MERGE_EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("reports", nargs="+", type=_json_report, metavar="REPORT",
+                        help="a `shimkit audit --json` report")
+    parser.add_argument("--json", action="store_true",
+                        help="print the merged JSON report (schema in docs/audit.md) instead of text")
+    parser.add_argument("--report", type=_writable_file, metavar="FILE",
+                        help="also write the Markdown coverage table `shimkit audit --report` writes to FILE")
+    parser.add_argument("--stock", action="append", type=_json_report, metavar="REPORT",
+                        help="with --report: a `shimkit audit --no-plugins --json` report of the same models, for "
+                             "the table's stock column (repeatable; without it the column is left out, unless "
+                             "the reports merged are stock themselves)")
+    parser.set_defaults(run=run_merge, parser=parser)
+    return parser
+
+
+def run_merge(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """``shimkit merge`` as a command."""
+    if args.stock and not args.report:
+        args.parser.error("--stock fills the stock column of --report FILE; give --report too")
+    return merge(args.reports, args.json, stdout or sys.stdout, stderr or sys.stderr, report=args.report,
+                 stock=args.stock)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -475,7 +624,7 @@ def run_command(args: argparse.Namespace) -> int:
     itself, for callers inside their own process, leaves the garbage collector alone."""
     from shimkit.audit.speed import freeze_imported_heap
 
-    if args.list_zoo or args.explain or (args.models and args.models[0] == "merge"):
+    if args.list_zoo or args.explain or is_deprecated_merge(args.models):
         return run(args)
     with interrupts_held() as held:
         # Seconds of importing torch, ExecuTorch and Inductor: a Ctrl-C waits for them, then ends the

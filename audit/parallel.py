@@ -1,5 +1,5 @@
 """Auditing many models at scale: worker processes (``-j``), deterministic shards (``--shard``) and
-merged reports (``shimkit audit merge``).
+merged reports (``shimkit merge``).
 
 Each model is audited in a worker process forked from the parent (imports done, torch single-threaded,
 as DataLoader's workers; :mod:`shimkit.audit.workers`) and comes back as its JSON report entry; the parent
@@ -111,13 +111,16 @@ def audit_in_workers(specs: Sequence[str], options: AuditOptions, *, jobs: int, 
 
 def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
     """One report from several ``--json`` reports (shards of one run): the models of each in order, the
-    summary and status recomputed. All must come from the same schema and the same plugin setting."""
+    summary and status recomputed. All must come from the same schema and the same plugin setting. The plugin
+    registry's contested claims and problems (``plugin_conflicts``, ``plugin_problems``) are the first report's
+    that has them: shards of one run derive the same registry."""
     if not paths:
-        raise MergeError("shimkit audit merge needs at least one --json report")
+        raise MergeError("merging needs at least one --json report")
     models: list[dict[str, Any]] = []
     plugins: bool | None = None
     target: Target | None = None
     interrupted = False
+    registry: dict[str, Any] = {}
     for path in paths:
         try:
             with open(path, encoding="utf-8") as handle:
@@ -138,5 +141,7 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
         plugins, target = document["plugins"], target_of(document)
         interrupted = interrupted or document["status"] == "interrupted"
         models += document["models"]
+        if not registry and "plugin_conflicts" in document:
+            registry = {key: document[key] for key in ("plugin_conflicts", "plugin_problems") if key in document}
     assert plugins is not None and target is not None
-    return document_of(models, plugins=plugins, interrupted=interrupted, target=target)
+    return {**document_of(models, plugins=plugins, interrupted=interrupted, target=target), **registry}

@@ -292,7 +292,7 @@ def exit_code_of(models: list[dict[str, Any]], interrupted: bool = False) -> int
 def document_of(models: list[dict[str, Any]], *, plugins: bool, interrupted: bool = False,
                 target: Target = METAL) -> dict[str, Any]:
     """The JSON report for ``models`` (each as :func:`to_json` writes it), summary and status computed
-    from them: one run's, or several merged (``shimkit audit merge``, ``-j``)."""
+    from them: one run's, or several merged (``shimkit merge``, ``-j``)."""
     counts = {status: sum(m["status"] == status for m in models) for status in MODEL_STATUSES}
     code = exit_code_of(models, interrupted)
     return {

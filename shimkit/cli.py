@@ -3,6 +3,7 @@
 ``shimkit plugins``       list op plugins and passes with their source, ops, devices, shims and errors
 ``shimkit config DEVICE`` show what the registry derives for a device (``--cmake`` for kernel sources)
 ``shimkit audit``         predict Metal lowering on Linux (see docs/audit.md)
+``shimkit merge``         combine ``shimkit audit --json`` reports (of ``--shard`` runs) into one
 ``shimkit cache``         show the artifact store's size per kind; ``clean`` and ``prune --max-size`` empty it
 """
 
@@ -230,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     _configure_audit(audit)
     audit.set_defaults(parser=audit)
 
+    merge = commands.add_parser("merge", help="combine `shimkit audit --json` reports (of --shard runs) into one")
+    _configure_merge(merge)
+
     cache = commands.add_parser("cache", help="show or empty the artifact store (builds and audit results)",
                                 description="The artifact store holds every build and audit result shimkit "
                                             "caches (docs/reliability.md). Exit 2: the store cannot be used.")
@@ -245,6 +249,12 @@ def _configure_audit(parser: argparse.ArgumentParser) -> None:
 
     configure_parser(parser)
     parser.set_defaults(run=run_command)
+
+
+def _configure_merge(parser: argparse.ArgumentParser) -> None:
+    from shimkit.audit.cli import configure_merge_parser  # sets run and parser
+
+    configure_merge_parser(parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

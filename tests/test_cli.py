@@ -76,3 +76,13 @@ def test_help_imports_neither_torch_nor_executorch():
 def test_listing_plugins_does_not_import_executorchs_compiler():
     modules = _imported_modules("plugins")
     assert "shimkit.backend" in modules and "executorch.exir" not in modules  # exir alone takes seconds
+
+
+def test_merge_is_listed_and_an_unwritable_audit_report_is_refused_before_torch_is_imported(tmp_path):
+    assert "merge" in run(SHIMKIT, "--help").stdout.split("positional arguments:")[1]
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "shimkit", "audit", "--report",
+                           str(tmp_path / "no" / "such" / "report.md"), "seed_split_linear"],
+                          capture_output=True, text=True, timeout=300)
+    modules = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert done.returncode == 2 and "usage: shimkit audit" in done.stderr and "cannot be written" in done.stderr
+    assert "torch" not in modules  # refused in a moment, not after an audit of minutes lost its table
