@@ -133,9 +133,7 @@ def _simd_flags(compiler: tuple[str, ...]) -> list[str]:
     the launcher): OpenMP's simd directives alone (no OpenMP runtime), under a cost model that lets a loop
     with a scalar remainder be vectorised (GCC's -O2 model refuses those). Elementwise results are the
     same: no operation is reassociated or contracted. A compiler without an option gets none of it."""
-    wanted = ["-fopenmp-simd", "-fsimd-cost-model=dynamic"]
-    return [flag for flag in wanted
-            if run_compiler([*compiler, flag, "-x", "c++", "-fsyntax-only", "-"], input="int x;\n").returncode == 0]
+    return [flag for flag in ("-fopenmp-simd", "-fsimd-cost-model=dynamic") if _accepts(compiler, flag)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -144,8 +142,12 @@ def _half_rounding_flags(compiler: tuple[str, ...]) -> list[str]:
     ``_Float16`` in float and rounds at assignments only (``a * b + a`` rounded once: found on g++ 13.3);
     ``-fexcess-precision=16`` (GCC 12 on) rounds after each operation, which GCC 12 does anyway. A compiler
     without the option (Clang) gets none."""
-    done = run_compiler([*compiler, "-fexcess-precision=16", "-x", "c++", "-fsyntax-only", "-"], input="_Float16 x;\n")
-    return ["-fexcess-precision=16"] if done.returncode == 0 else []
+    return ["-fexcess-precision=16"] if _accepts(compiler, "-fexcess-precision=16", "_Float16 x;\n") else []
+
+
+def _accepts(compiler: tuple[str, ...], flag: str, source: str = "int x;\n") -> bool:
+    """Whether ``compiler`` compiles ``source`` with ``flag`` (an unknown option is an error for GCC and Clang)."""
+    return run_compiler([*compiler, flag, "-x", "c++", "-fsyntax-only", "-"], input=source).returncode == 0
 
 
 def _precompiled_header(compiler: tuple[str, ...], flags: tuple[str, ...]) -> list[str]:
