@@ -558,7 +558,7 @@ def merge(paths: list[str], as_json: bool, stdout: TextIO, stderr: TextIO, *, re
     except MergeError as error:
         stderr.write(f"{prog}: {error}\n")
         return EXIT_INCOMPLETE
-    if stock_document is not None:
+    if stock and stock_document is not None:
         problem = (f"--stock: {stock[0]} was audited with plugins; --stock takes `--no-plugins` reports"
                    if stock_document["plugins"] else
                    f"--stock: {stock[0]} was audited for {target_of(stock_document).backend}, the reports for "

@@ -131,15 +131,27 @@ def conv_transpose_inputs(dims: int):
     return call()
 
 
+def _reference(op):
+    """ATen's ``op`` with float16 and bfloat16 computed in float32 and rounded once, the semantics this
+    decomposition keeps: ATen's CPU ``conv_transpose3d`` sums half in half (``col2im``), a rounding per add."""
+    def reference(input, weight, bias=None, *args):
+        low = input.dtype in (torch.float16, torch.bfloat16)
+        widen = (lambda t: t.float() if t is not None else None) if low else (lambda t: t)
+        result = op(widen(input), widen(weight), widen(bias), *args)
+        return result.to(input.dtype) if low else result
+
+    return reference
+
+
 @hookimpl
 def shimkit_op_plugins():
     yield OpPlugin(
         name="conv-transpose",
         ops=(CONV_TRANSPOSE_1D, CONV_TRANSPOSE_2D, CONV_TRANSPOSE_3D),
         decompositions={op: conv_transpose for op in (CONV_TRANSPOSE_1D, CONV_TRANSPOSE_2D, CONV_TRANSPOSE_3D)},
-        references={CONV_TRANSPOSE_1D: torch.ops.aten.conv_transpose1d.default,
-                    CONV_TRANSPOSE_2D: torch.ops.aten.conv_transpose2d.input,
-                    CONV_TRANSPOSE_3D: torch.ops.aten.conv_transpose3d.input},
+        references={CONV_TRANSPOSE_1D: _reference(torch.ops.aten.conv_transpose1d.default),
+                    CONV_TRANSPOSE_2D: _reference(torch.ops.aten.conv_transpose2d.input),
+                    CONV_TRANSPOSE_3D: _reference(torch.ops.aten.conv_transpose3d.input)},
         input_strategies={CONV_TRANSPOSE_1D: lambda: conv_transpose_inputs(1),
                           CONV_TRANSPOSE_2D: lambda: conv_transpose_inputs(2),
                           CONV_TRANSPOSE_3D: lambda: conv_transpose_inputs(3)},
