@@ -11,9 +11,13 @@ and spliced in place:
 - ``view_as_real`` is the packed value itself, ``view_as_complex`` its real input; ``complex``, ``polar``,
   ``real``, ``imag``, ``conj``, ``abs`` (``hypot``), ``angle`` (``atan2``) read or build the two parts;
 - ``add``/``sub``/``mul``/``div`` and ``mm``/``bmm``/``matmul`` with complex operands (a real operand is
-  a complex one with zero imaginary part) follow complex arithmetic;
+  a complex one with zero imaginary part, ``1j * phase`` included) follow complex arithmetic as ATen's
+  ``c10::complex`` does it;
+- ``exp``, ``log``, ``sqrt``, ``pow`` (complex or real base and exponent, tensor or number),
+  ``reciprocal`` and ``rsqrt`` follow ATen's CPU kernels (glibc's C99 functions): principal branches,
+  cuts taken by the sign of a zero part, C99's special values, no overflow from intermediate squares;
 - ops that act on the real and imaginary parts alike (views, slices, ``cat``, ``clone``, ``sum``,
-  multiplication by a real scalar ...) run on each part;
+  ``mean`` ...) run on each part;
 - ``_fft_r2c``, ``_fft_c2c`` and ``_fft_c2r`` (what every ``torch.fft`` function and ``stft`` lower to) are
   discrete Fourier sums as real matrix products, one transformed dim at a time, with angles reduced
   exactly (``(k t) mod n`` in int64 before ``cos``/``sin`` in the values' dtype) as in ``plugins/real_fft.py``.
@@ -82,10 +86,12 @@ def _add(a: Any, b: Any, alpha: Any = 1, sign: int = 1) -> _Pair:
 
 
 def _mul(a: Any, b: Any) -> _Pair:
-    if not isinstance(a, _Pair) or not isinstance(b, _Pair):
-        pair, scale = (a, b) if isinstance(a, _Pair) else (b, a)
-        if not isinstance(scale, complex):
-            return _Pair(pair.real * scale, pair.imag * scale)
+    """Complex multiplication as ATen's: a real operand (a tensor, or a number such as a norm's scale) is
+    complex with imaginary part +0 and all four products are taken, so that zero signs and NaNs come out as
+    ATen's: ``(1 + 0i) * -1`` is ``-1 + 0i`` (angle pi) where scaling both parts would give ``-1 - 0i``
+    (angle -pi), and ``1j * phase`` (an iSTFT head's phase) is ``phase * 0 - 0 + (phase + 0) i``. The
+    imaginary part of a real operand is the number 0.0, not a tensor of zeros."""
+    a, b = (v if isinstance(v, (_Pair, complex)) else _Pair(v, 0.0) for v in (a, b))
     a, b = _lift(a), _lift(b)
     return _Pair(a.real * b.real - a.imag * b.imag, a.real * b.imag + a.imag * b.real)
 
@@ -97,15 +103,18 @@ def _div(a: Any, b: Any) -> _Pair:
         a = _lift(a)
         return _Pair(a.real / b, a.imag / b)
     a = _lift(a)
-    # Smith's algorithm, as ATen's c10::complex division: no overflow from squaring |b|.
+    # c10::complex's division (Smith's algorithm, as numpy's), which ATen's kernels use: no overflow
+    # from squaring |b|, the numerator times the reciprocal of the denominator as c10 computes it, and a
+    # zero divisor giving each part over 0 (inf or NaN).
     bigger_real = b.real.abs() >= b.imag.abs()
     ratio_r = b.imag / b.real
-    denom_r = b.real + b.imag * ratio_r
+    scale_r = (b.real + b.imag * ratio_r).reciprocal()
     ratio_i = b.real / b.imag
-    denom_i = b.imag + b.real * ratio_i
-    real = torch.where(bigger_real, (a.real + a.imag * ratio_r) / denom_r, (a.real * ratio_i + a.imag) / denom_i)
-    imag = torch.where(bigger_real, (a.imag - a.real * ratio_r) / denom_r, (a.imag * ratio_i - a.real) / denom_i)
-    return _Pair(real, imag)
+    scale_i = (b.imag + b.real * ratio_i).reciprocal()
+    real = torch.where(bigger_real, (a.real + a.imag * ratio_r) * scale_r, (a.real * ratio_i + a.imag) * scale_i)
+    imag = torch.where(bigger_real, (a.imag - a.real * ratio_r) * scale_r, (a.imag * ratio_i - a.real) * scale_i)
+    zero = (b.real == 0) & (b.imag == 0)
+    return _Pair(torch.where(zero, a.real / b.real.abs(), real), torch.where(zero, a.imag / b.imag.abs(), imag))
 
 
 def _product(op: Callable[..., torch.Tensor]) -> Callable[..., _Pair]:
@@ -132,13 +141,169 @@ def _one_product(op: Callable[..., torch.Tensor], a: _Pair, b_real: torch.Tensor
     return _Pair(out[..., :columns], out[..., columns:])
 
 
-def _hypot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``|a + ib|`` as ``hypot`` computes it (no overflow from squaring, infinite if either part is), in
-    core ATen ops: ``hypot`` itself is not core ATen, and the edge verifier rejects it."""
+def _magnitude_terms(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``|a + ib| = big * sqrt(1 + ratio^2)`` with ``ratio <= 1`` (nothing squared overflows), and where
+    either part is infinite (the magnitude then is, even with a NaN beside it)."""
     a, b = a.abs(), b.abs()
-    big, small = torch.maximum(a, b), torch.minimum(a, b)
-    ratio = small / torch.where(big == 0, 1.0, big)
-    return torch.where(a.isinf() | b.isinf(), float("inf"), big * torch.sqrt(1 + ratio * ratio))
+    big = torch.maximum(a, b)
+    ratio = torch.minimum(a, b) / torch.where(big == 0, 1.0, big)
+    return big, ratio, a.isinf() | b.isinf()
+
+
+def _hypot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``|a + ib|`` as ``hypot`` computes it, in core ATen ops: ``hypot`` itself is not core ATen, and the
+    edge verifier rejects it."""
+    big, ratio, infinite = _magnitude_terms(a, b)
+    return torch.where(infinite, math.inf, big * torch.sqrt(1 + ratio * ratio))
+
+
+def _negative(x: torch.Tensor) -> torch.Tensor:
+    """Whether ``x``'s sign bit is set, ``-0`` included (``1 / -0`` is ``-inf``): ``signbit`` and
+    ``copysign`` are not core ATen."""
+    return (x < 0) | ((x == 0) & (x.reciprocal() < 0))
+
+
+def _copysign(magnitude: Any, sign: torch.Tensor) -> torch.Tensor:
+    """``|magnitude|`` with ``sign``'s sign bit (a NaN ``sign`` counts as positive)."""
+    magnitude = magnitude.abs() if isinstance(magnitude, torch.Tensor) else abs(magnitude)
+    return torch.where(_negative(sign), -magnitude, magnitude)
+
+
+# The special values below are C99's (Annex G): ATen's CPU kernels compute each element with c10::complex's
+# exp/log/sqrt/pow, which are std::'s, glibc's cexpf/clogf/csqrtf/cpowf on Linux (libc++'s, also Annex G, on
+# macOS). Where C99 leaves a sign unspecified, glibc's is taken where it costs nothing (a NaN's sign bit,
+# which core ATen ops cannot read, is not).
+
+def _exp(z: _Pair) -> _Pair:
+    """``e^x (cos y + i sin y)``, ``e^x`` as ``e^(x/2)`` twice: past float's exp range (``x`` > 88.7) the
+    product is still finite where ``|cos y|`` or ``|sin y|`` is small, as glibc's scaled cexpf gives it.
+    Where the formula's ``inf * 0`` or ``0 * nan`` would be NaN, C99's values: a zero imaginary part stays
+    itself (``exp(inf + 0i) = inf + 0i``, ``exp(nan + 0i) = nan + 0i``), and with ``y`` infinite or NaN,
+    ``x = -inf`` gives ``0`` (imaginary part of ``y``'s sign, as glibc's) and ``x = +inf`` gives
+    ``inf + i nan`` (finite ``x`` gives NaNs, as the formula does)."""
+    x, y = z.real, z.imag
+    half = torch.exp(x * 0.5)
+    real, imag = half * (half * y.cos()), half * (half * y.sin())
+    imag = torch.where(y == 0, y, imag)
+    unbounded_angle = x.isinf() & (y.isinf() | y.isnan())
+    real = torch.where(unbounded_angle, torch.where(x > 0, math.inf, 0.0), real)
+    imag = torch.where(unbounded_angle, torch.where(x > 0, math.nan, _copysign(0.0, y)), imag)
+    return _Pair(real, imag)
+
+
+def _log(z: _Pair) -> _Pair:
+    """The principal log, ``log|z| + i atan2(y, x)``: its cut along the negative real axis is taken by the
+    sign of a zero imaginary part (``log(-1 + 0i) = i pi``, ``log(-1 - 0i) = -i pi``) and ``log(±0)`` is
+    ``-inf`` with angle ``0`` or ``pi``, all as atan2 has them; ``log|z|`` is infinite when either part is
+    (``log(inf + i nan) = inf + i nan``)."""
+    return _Pair(_log_magnitude(z.real, z.imag), torch.atan2(z.imag, z.real))
+
+
+def _log_magnitude(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``log|x + iy|`` to a few ulps relative, as glibc's clogf: ``pow`` multiplies it by the exponent.
+
+    Away from ``|z| = 1``, ``log(big) + log(sqrt(1 + ratio^2))``, not ``log(hypot)``: ``|z|`` overflows
+    past float's largest where its log does not (``log|3e38 + 3e38i|`` is 88.9). Near it (``big`` in
+    [0.5, 2)) that is a difference of rounded terms, 0 for ``log|-1 - 9.5e-15i|`` where glibc has 4.6e-29
+    (and ``(-1 - 9.5e-15i) ** 29i`` an imaginary part of 4.9e12, not 0): there
+    ``log1p((big - 1)(big + 1) + small^2) / 2``, ``big - 1`` exact (Sterbenz), and ``log1p(d)`` as
+    ``d log(1 + d) / ((1 + d) - 1)`` (Goldberg), since Inductor's Metal log1p is ``log(1 + d)``, which
+    loses what this keeps."""
+    big, ratio, infinite = _magnitude_terms(x, y)
+    far = torch.log(big) + 0.5 * torch.log(1 + ratio * ratio)
+    small = torch.minimum(x.abs(), y.abs())
+    d = (big - 1) * (big + 1) + small * small
+    u = 1 + d
+    near = 0.5 * torch.where(u == 1, d, torch.log(u) * d / (u - 1))
+    return torch.where(infinite, math.inf, torch.where((big >= 0.5) & (big < 2), near, far))
+
+
+def _sqrt(z: _Pair) -> _Pair:
+    """The principal root (real part >= 0), its imaginary part of ``y``'s sign, ``-0`` included: the cut
+    along the negative real axis gives ``sqrt(-4 + 0i) = 2i`` and ``sqrt(-4 - 0i) = -2i``.
+
+    Kahan's form: ``t = sqrt((|x| + |z|) / 2)`` is one part and ``y / 2t`` the other, with no cancellation;
+    ``|z| = big * sqrt(1 + ratio^2)`` (hypot's terms) with ``big`` factored out of the root, so that
+    neither ``|z|`` nor ``|x| + |z|`` overflows for parts near float's largest. Then C99's special values:
+    ``sqrt(±0 ± 0i) = +0 ± 0i``; an infinite imaginary part gives ``inf + y i`` whatever ``x`` is;
+    ``x = +inf`` gives ``inf ± 0i`` (NaN for a NaN ``y``) and ``x = -inf`` gives ``0 ± inf i``."""
+    x, y = z.real, z.imag
+    big, ratio, _ = _magnitude_terms(x, y)
+    scale = torch.where(big == 0, 1.0, big)
+    t = torch.sqrt(scale) * torch.sqrt((x.abs() / scale + torch.sqrt(1 + ratio * ratio)) * 0.5)
+    right = x >= 0
+    real = torch.where(right, t, y.abs() / (2 * t))
+    imag = torch.where(right, y / (2 * t), _copysign(t, y))
+    real, imag = torch.where(big == 0, 0.0, real), torch.where(big == 0, y, imag)
+    real = torch.where(x == -math.inf, (y * 0).abs(), real)  # y * 0: NaN stays NaN
+    imag = torch.where(x == -math.inf, _copysign(math.inf, y), imag)
+    real, imag = torch.where(x == math.inf, math.inf, real), torch.where(x == math.inf, y * 0, imag)
+    return _Pair(torch.where(y.isinf(), math.inf, real), torch.where(y.isinf(), y, imag))
+
+
+def _reciprocal(z: Any) -> _Pair:
+    """``1 / z`` as ATen's reciprocal kernel computes it, by c10::complex's division."""
+    return _div(1.0, z)
+
+
+def _log_of_number(base: complex) -> complex:
+    """``log(base)`` of a Python number (a ``pow`` base), ``log(0) = -inf`` as clog has it (``cmath``
+    raises)."""
+    return complex(math.log(abs(base)) if base != 0 else -math.inf, math.atan2(base.imag, base.real))
+
+
+def _annex_g_mul(a: _Pair, b: _Pair) -> _Pair:
+    """``a * b`` as C99's Annex G multiplication (``__mulsc3``), which glibc's cpow (and libc++'s pow)
+    use for ``exponent * log(base)``: where the formula gives ``NaN + NaN i`` although a factor is
+    infinite or a product overflowed, the infinity is recovered (an infinite factor boxed to parts of
+    ±1 and ±0, NaNs beside an infinity made 0, the formula again times inf), so that
+    ``(inf + i nan) ** 2.5`` is ``inf + i nan`` and not NaN."""
+    parts = [a.real, a.imag, b.real, b.imag]
+    like = next(p for p in parts if isinstance(p, torch.Tensor))
+    ar, ai, br, bi = (p if isinstance(p, torch.Tensor) else torch.full_like(like, p) for p in parts)
+    ac, bd, ad, bc = ar * br, ai * bi, ar * bi, ai * br
+    real, imag = ac - bd, ad + bc
+    a_inf, b_inf = ar.isinf() | ai.isinf(), br.isinf() | bi.isinf()
+    overflow = ~(a_inf | b_inf) & (ac.isinf() | bd.isinf() | ad.isinf() | bc.isinf())
+
+    def boxed(v: torch.Tensor) -> torch.Tensor:
+        return _copysign(torch.where(v.isinf(), 1.0, 0.0), v)
+
+    def nan_to_zero(v: torch.Tensor) -> torch.Tensor:
+        return torch.where(v.isnan(), _copysign(0.0, v), v)
+
+    ar, ai = (torch.where(a_inf, boxed(v), torch.where(b_inf | overflow, nan_to_zero(v), v)) for v in (ar, ai))
+    br, bi = (torch.where(b_inf, boxed(v), torch.where(a_inf | overflow, nan_to_zero(v), v)) for v in (br, bi))
+    recover = real.isnan() & imag.isnan() & (a_inf | b_inf | overflow)
+    return _Pair(torch.where(recover, math.inf * (ar * br - ai * bi), real),
+                 torch.where(recover, math.inf * (ar * bi + ai * br), imag))
+
+
+def _pow(base: Any, exponent: Any) -> _Pair:
+    """``base ** exponent`` with a complex operand, as ATen computes it: a number exponent that ATen's
+    ``pow_tensor_scalar`` special-cases (0, 1, 2, 3, -2, 1/2, -1/2, -1; a complex one with a zero
+    imaginary part too) as the same products, roots and quotients; any other as glibc's cpow,
+    ``exp(exponent * log(base))``, the product complex even for a real exponent (whose zero imaginary
+    part makes ``0 * inf`` NaNs as cpow's does) and recovering infinities as Annex G's. A number base of
+    1 gives 1 (ATen's ``pow.Scalar``)."""
+    if not isinstance(exponent, (_Pair, torch.Tensor)):
+        if isinstance(exponent, complex) and exponent.imag == 0:
+            exponent = exponent.real
+        base = _lift(base)
+        if exponent == 0:
+            return _Pair(torch.full_like(base.real, 1.0), torch.full_like(base.real, 0.0))
+        special = {1: lambda: base, 2: lambda: _mul(base, base), 3: lambda: _mul(_mul(base, base), base),
+                   -2: lambda: _reciprocal(_mul(base, base)), 0.5: lambda: _sqrt(base),
+                   -0.5: lambda: _reciprocal(_sqrt(base)), -1: lambda: _reciprocal(base)}
+        if exponent in special:
+            return special[exponent]()
+        return _exp(_annex_g_mul(_lift(complex(exponent)), _log(base)))
+    exponent = _lift(exponent)
+    if not isinstance(base, (_Pair, torch.Tensor)):
+        if base == 1:
+            return _Pair(torch.full_like(exponent.real, 1.0), torch.full_like(exponent.real, 0.0))
+        return _exp(_annex_g_mul(exponent, _lift(_log_of_number(complex(base)))))
+    return _exp(_annex_g_mul(exponent, _log(_lift(base))))
 
 
 def _angles(outputs: int, inputs: int, period: int, like: torch.Tensor) -> torch.Tensor:
@@ -268,6 +433,14 @@ _RULES: dict[Any, Callable[..., Any]] = {
     aten.resolve_neg.default: lambda z: z,
     aten.abs.default: lambda z: _hypot(z.real, z.imag),
     aten.angle.default: lambda z: torch.atan2(z.imag, z.real),
+    aten.exp.default: _exp,
+    aten.log.default: _log,
+    aten.sqrt.default: _sqrt,
+    aten.reciprocal.default: _reciprocal,
+    aten.rsqrt.default: lambda z: _reciprocal(_sqrt(z)),
+    aten.pow.Tensor_Scalar: _pow,
+    aten.pow.Tensor_Tensor: _pow,
+    aten.pow.Scalar: _pow,
     aten.neg.default: lambda z: _Pair(-z.real, -z.imag),
     aten.add.Tensor: lambda a, b, alpha=1: _add(a, b, alpha),
     aten.add.Scalar: lambda a, b, alpha=1: _add(a, b, alpha),

@@ -4,6 +4,9 @@ OpInfo samples and hypothesis signals of odd and prime lengths in every norm."""
 
 from __future__ import annotations
 
+import functools
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -135,14 +138,14 @@ def test_a_complex_output_is_named():
         ComplexPairs()(program)
 
 
-class _ComplexExp(torch.nn.Module):
+class _ComplexSin(torch.nn.Module):
     def forward(self, x):
-        return torch.view_as_real(torch.fft.fft(x).exp())
+        return torch.view_as_real(torch.fft.fft(x).sin())
 
 
 def test_a_complex_op_without_rule_is_named():
-    program = torch.export.export(_ComplexExp(), (torch.randn(4),)).run_decompositions()
-    with pytest.raises(PassError, match=r"aten\.exp\.default on complex values has no real-pair rule"):
+    program = torch.export.export(_ComplexSin(), (torch.randn(4),)).run_decompositions()
+    with pytest.raises(PassError, match=r"at %sin .*aten\.sin\.default on complex values has no real-pair rule"):
         ComplexPairs()(program)
 
 
@@ -220,3 +223,231 @@ def test_float64_transforms_are_float64_matmuls_not_the_float32_kernel():
     program = _made_real(_RoundTrip(), x, fft_kernel=torch.ops.shimkit.fft_c2c.default)
     assert not _calls_fft_op(program)
     torch.testing.assert_close(program.module()(x), _RoundTrip()(x), rtol=1e-10, atol=1e-10)
+
+
+# Complex pointwise math: exp, log, sqrt, pow, abs, angle, polar, reciprocal, rsqrt and a complex number times
+# a real tensor (1j * phase), against ATen's complex64 results. ATen's CPU kernels compute each element with
+# glibc's cexpf/clogf/csqrtf/cpowf (C99 Annex G), so special values are compared exactly: NaN where ATen has
+# NaN, infinities of its signs, and (for all but pow, whose NaNs' signs decide some zeros' signs) zeros of
+# its signs. Finite values are held to torch.testing's complex64 tolerance (rtol 1.3e-6, atol 1e-5, what
+# OpInfo tests use) relative to the complex modulus: vectorised kernels round differently by host. pow's is
+# widened by |exponent * log(base)|: exp(u) carries the float32 rounding of u, eps * |u|, relative, in ATen as
+# here.
+RTOL, ATOL = 1.3e-6, 1e-5
+POINTWISE = ["exp", "log", "sqrt", "abs", "angle", "polar", "pow", "__rpow__", "reciprocal", "rsqrt", "square"]
+
+
+def _assert_like_aten(got, expected, *, complex_result, rtol=RTOL, zero_signs=True, loose_signs=False, what=""):
+    """``got`` and ``expected`` real (``view_as_real`` of a complex result when ``complex_result``); where
+    ``loose_signs`` (pow's, :func:`_pow_tolerance`), which infinities but not their signs."""
+    assert got.shape == expected.shape and got.dtype == expected.dtype, what
+    special = ~expected.isfinite() | ~got.isfinite()
+    same = (got.isnan() & expected.isnan()) | (got == expected) | (loose_signs & got.isinf() & expected.isinf())
+    mismatch = special & ~same
+    if zero_signs is not False:  # True, or where (C99 leaves the signs of zeros from NaN inputs unspecified)
+        where = zero_signs.unsqueeze(-1) if complex_result and isinstance(zero_signs, torch.Tensor) else zero_signs
+        mismatch |= (got == 0) & (expected == 0) & (got.signbit() != expected.signbit()) & where
+    difference = torch.where(special, 0.0, got.double() - expected.double())
+    magnitude = torch.where(special, 0.0, expected.double())
+    if complex_result:
+        mismatch, difference, magnitude = mismatch.any(-1), difference.norm(dim=-1), magnitude.norm(dim=-1)
+    wrong = mismatch | (difference.abs() > ATOL + rtol * magnitude)
+    if wrong.any():
+        index = tuple(wrong.nonzero()[0].tolist())
+        raise AssertionError(f"{what}: {int(wrong.sum())} of {wrong.numel()} differ from ATen, first at {index}: "
+                             f"got {got[index].tolist()}, ATen {expected[index].tolist()}")
+
+
+class _RealOperands(torch.nn.Module):
+    """``op`` on a sample with every tensor operand a program input (a complex one as its view_as_real) and a
+    complex result returned as its view_as_real."""
+
+    def __init__(self, op, sample):
+        super().__init__()
+        self.op = op
+        self.leaves, self.spec = torch.utils._pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
+        self.tensor_at = [i for i, leaf in enumerate(self.leaves) if isinstance(leaf, torch.Tensor)]
+
+    def operands(self):
+        return tuple(torch.view_as_real(self.leaves[i]).contiguous() if self.leaves[i].is_complex()
+                     else self.leaves[i] for i in self.tensor_at)
+
+    def forward(self, *operands):
+        leaves = list(self.leaves)
+        for index, operand in zip(self.tensor_at, operands):
+            leaves[index] = torch.view_as_complex(operand) if self.leaves[index].is_complex() else operand
+        x, args, kwargs = torch.utils._pytree.tree_unflatten(leaves, self.spec)
+        result = self.op(x, *args, **kwargs)
+        return torch.view_as_real(result) if result.is_complex() else result
+
+
+def _pow_tolerance(base, exponent):
+    """pow's RTOL widened by ``|u|``, ``u = exponent * log(base)`` (in complex128), and where the signs of
+    infinite parts are noise: exp(u) carries the float32 rounding of u, about eps |u|, relative, and so
+    the direction of an infinite result when ``|cos(Im u)|`` or ``|sin(Im u)|`` is within that."""
+    u = torch.as_tensor(exponent).to(torch.complex128) * torch.as_tensor(base).to(torch.complex128).log()
+    rtol = RTOL * (1 + u.abs().nan_to_num(posinf=0.0))
+    return rtol, torch.stack([u.imag.cos().abs(), u.imag.sin().abs()], -1) <= rtol.unsqueeze(-1)
+
+
+@pytest.mark.parametrize("name", POINTWISE)
+def test_opinfo_pointwise_samples_match_atens_complex64(name):
+    """Every complex64 sample of OpInfo's (polar: float32, its output complex), each operand a program
+    input, made real and run against eager ATen."""
+    dtype = torch.float32 if name == "polar" else torch.complex64
+    samples = list(OPS[name].sample_inputs("cpu", dtype, requires_grad=False))
+    assert samples
+    for sample in samples:
+        module = _RealOperands(OPS[name].op, sample)
+        operands = module.operands()
+        expected = module(*operands)
+        program = torch.export.export(module, operands, strict=False).run_decompositions()
+        ComplexPairs()(program)
+        assert _no_complex_left(program), program.graph
+        rtol, loose_signs = RTOL, False
+        if name in ("pow", "__rpow__"):
+            base, exponent = (sample.input, sample.args[0]) if name == "pow" else (sample.args[0], sample.input)
+            rtol, loose_signs = _pow_tolerance(base, exponent)
+        _assert_like_aten(program.module()(*operands), expected, complex_result=name not in ("abs", "angle"),
+                          rtol=rtol, zero_signs=name not in ("pow", "__rpow__"), loose_signs=loose_signs,
+                          what=f"{name} on {sample}")
+
+
+class _Pointwise(torch.nn.Module):
+    """Each rule on the same values: ``zs`` and ``ws`` are [n, 2] real pairs."""
+
+    NAMES = ("exp", "log", "sqrt", "abs", "angle", "polar", "z ** 2.5", "z ** w", "2 ** z", "z ** (1+2j)",
+             "z ** -1", "z ** 0.5", "z ** 3", "reciprocal", "rsqrt", "mag * exp(1j * phase)")
+    POW = {"z ** 2.5", "z ** w", "2 ** z", "z ** (1+2j)"}
+
+    def forward(self, zs, ws):
+        z, w, r = torch.view_as_complex(zs), torch.view_as_complex(ws), torch.view_as_real
+        magnitude, phase = zs.unbind(-1)
+        return (r(z.exp()), r(z.log()), r(z.sqrt()), z.abs(), z.angle(), r(torch.polar(magnitude, phase)),
+                r(z ** 2.5), r(z ** w), r(2.0 ** z), r(z ** (1 + 2j)), r(z ** -1), r(z ** 0.5), r(z ** 3),
+                r(z.reciprocal()), r(z.rsqrt()), r(magnitude * torch.exp(1j * phase)))
+
+    def tolerances(self, zs, ws):
+        """(rtol, loose_signs) of each output: pow's from :func:`_pow_tolerance`."""
+        z, w = (torch.view_as_complex(v) for v in (zs, ws))
+        powers = {"z ** 2.5": (z, 2.5), "z ** w": (z, w), "2 ** z": (2.0, z), "z ** (1+2j)": (z, 1 + 2j)}
+        return [_pow_tolerance(*powers[name]) if name in self.POW else (RTOL, False) for name in self.NAMES]
+
+
+@functools.lru_cache(maxsize=None)
+def _pointwise_made_real(rows):
+    examples = (torch.randn(rows, 2), torch.randn(rows, 2))  # two tensors: export would alias one given twice
+    program = torch.export.export(_Pointwise(), examples, strict=False).run_decompositions()
+    ComplexPairs()(program)
+    assert _no_complex_left(program), program.graph
+    return program.module()
+
+
+def _check_pointwise(zs, ws):
+    module = _Pointwise()
+    got, expected = _pointwise_made_real(len(zs))(zs, ws), module(zs, ws)
+    # C99 leaves the signs that a NaN operand's sign bit decides unspecified (sqrt(-inf + i nan) = nan ± i inf).
+    nan_rows = zs.isnan().any(-1) | ws.isnan().any(-1)
+    for name, got_one, expected_one, (rtol, loose_signs) in zip(module.NAMES, got, expected,
+                                                                 module.tolerances(zs, ws)):
+        complex_result = name not in ("abs", "angle")
+        nan_at = nan_rows.unsqueeze(-1) if complex_result else nan_rows
+        _assert_like_aten(got_one, expected_one, complex_result=complex_result, rtol=rtol,
+                          zero_signs=name not in module.POW and ~nan_rows, loose_signs=loose_signs | nan_at, what=name)
+
+
+SPECIALS = [0.0, -0.0, 1.0, -1.0, 0.5, 2.0, -3.0, 1e-3, 88.0, 89.0, 100.0, -100.0, 3e38, -3e38, 1e-40, 1e-20, 1e19,
+            math.inf, -math.inf, math.nan]
+
+
+def _special_grid():
+    """Every pair of special parts (signed zeros, subnormals, past exp's range, float's largest, infinities,
+    NaN) as z, and in another order as w."""
+    zs = torch.tensor([(x, y) for x in SPECIALS for y in SPECIALS], dtype=torch.float32)
+    return zs, zs.flip(0).flip(1).contiguous()
+
+
+def test_special_values_match_aten():
+    _check_pointwise(*_special_grid())
+
+
+def test_branch_cuts_follow_the_sign_of_zero():
+    """The negative real axis: sqrt and log take the side of the imaginary part's sign, -0 included, and a real
+    magnitude times exp(1j * 0) keeps ATen's +0 imaginary part (its angle pi, not -pi)."""
+    zs = torch.tensor([[-4.0, 0.0], [-4.0, -0.0], [-1.0, 0.0], [-1.0, -0.0]])
+    module = _pointwise_made_real(len(zs))
+    outputs = dict(zip(_Pointwise.NAMES, module(zs, zs)))
+    assert outputs["sqrt"].tolist() == [[0.0, 2.0], [0.0, -2.0], [0.0, 1.0], [0.0, -1.0]]
+    assert outputs["log"][:, 1].tolist() == pytest.approx([math.pi, -math.pi, math.pi, -math.pi])
+    assert outputs["angle"].tolist() == pytest.approx([math.pi, -math.pi, math.pi, -math.pi])
+    on_axis = outputs["mag * exp(1j * phase)"]  # magnitudes -4 and -1, phases 0 and -0
+    assert on_axis[:, 1].signbit().tolist() == [False, False, False, False]
+    _check_pointwise(zs, zs)
+
+
+PARTS = st.floats(width=32)  # any float32: subnormals, float's largest, infinities, NaN
+
+
+@settings(max_examples=60, deadline=None)
+@given(z=st.lists(st.tuples(PARTS, PARTS), min_size=32, max_size=32),
+       w=st.lists(st.tuples(PARTS, PARTS), min_size=32, max_size=32))
+def test_hypothesis_values_match_aten(z, w):
+    _check_pointwise(torch.tensor(z, dtype=torch.float32), torch.tensor(w, dtype=torch.float32))
+
+
+class _PhaseHead(torch.nn.Module):
+    """An iSTFT vocoder head as written: magnitude times exp(1j * phase), resynthesized by istft, and the same
+    spectrum through irfft."""
+
+    def __init__(self, frame=32, hop=8, features=16):
+        super().__init__()
+        self.frame, self.hop = frame, hop
+        self.register_buffer("window", torch.hann_window(frame))
+        self.out = torch.nn.Linear(features, frame + 2)
+
+    def forward(self, features):
+        magnitude, phase = self.out(features).transpose(1, 2).chunk(2, dim=1)
+        spectrum = torch.exp(magnitude).clamp(max=1e2) * torch.exp(1j * phase)
+        return (torch.istft(spectrum, self.frame, hop_length=self.hop, window=self.window, center=True),
+                torch.fft.irfft(spectrum, n=self.frame, dim=1))
+
+
+@pytest.mark.parametrize("device", ["mps", "cuda"])
+def test_phase_head_is_made_real_on_both_devices(device):
+    """`mag * torch.exp(1j * phase)` stopped both devices' pre-edge pass ("aten.exp on complex values has no
+    real-pair rule")."""
+    from shimkit.backend import backend_config
+
+    head, x = _PhaseHead().eval(), torch.randn(1, 9, 16, generator=torch.Generator().manual_seed(4))
+    program = backend_config(device).prepare_for_edge(torch.export.export(head, (x,)))
+    assert _no_complex_left(program), program.graph
+    for got, expected in zip(program.module()(x), head(x)):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def _audit_on_metal(name, model, inputs):
+    from shimkit.audit.loader import LoadedModel
+    from shimkit.audit.options import AuditOptions
+    from shimkit.audit.runner import audit_loaded
+    from shimkit.backend import new_registry
+
+    config = new_registry(env={"SHIMKIT_DISABLE_PLUGIN_AUTOLOAD": "1"}).backend_config("mps")
+    return audit_loaded(LoadedModel(name, model=model, example_inputs=inputs), config=config,
+                        options=AuditOptions(numerics="execute"))
+
+
+def test_phase_head_audits_clean_for_metal_with_its_numbers_executed():
+    """The generated Metal program (Inductor's MSL kernels and wrapper, run on Linux by shimkit's stand-in
+    runtime) against eager, at float32 tolerance from float64."""
+    torch.manual_seed(5)
+    audit = _audit_on_metal("phase_head", _PhaseHead().eval(), (torch.randn(1, 9, 16),))
+    assert (audit.status, audit.failure, audit.missing) == ("clean", None, []), audit
+    (check,) = audit.numerics.checks
+    assert audit.numerics.ran == "program" and check.ok and len(check.max_errors) == 2, audit.numerics
+
+
+def test_the_metal_program_gives_atens_special_values():
+    """Inductor's MSL for the rules (isinf, isnan, where, atan2, the reciprocal's signed infinities) executed
+    on the special-value grid: the audit requires every NaN and infinity where eager has it."""
+    audit = _audit_on_metal("special_grid", _Pointwise(), _special_grid())
+    assert audit.status == "clean" and audit.numerics.ran == "program", audit.numerics
