@@ -25,6 +25,7 @@ from typing import Any, Iterator, TextIO
 
 from shimkit._interrupts import interrupts_held
 from shimkit._progress import listen as listen_to_stages
+from shimkit.audit.chart import chart_audit
 from shimkit.audit.exit_status import EXIT_INCOMPLETE
 
 DESCRIPTION = """\
@@ -440,6 +441,9 @@ def coverage_table(audited: dict, stock: dict | None) -> str:
                          f"{stock_status.get(model['name'], '?')} |")
         lines += ["", f"{summary['clean']} of {summary['models']} clean with {setting}; "
                   f"{sum(s == 'clean' for s in stock_status.values())} stock."]
+    reports = [audited] if stock is None else [stock, audited]
+    lines += ["", chart_audit(reports, ["<this audit>" if stock is None else "<this audit and its stock run>"],
+                              command="shimkit audit --report")]
     provided = [row for model in audited["models"] for row in _provenance_rows(model)]
     if provided:
         lines += ["", "## What provided each kernel and decomposition", "",

@@ -35,15 +35,13 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
+from shimkit.audit.chart import INELIGIBLE, chart_sweep
 from shimkit.audit.options import AuditOptions, Numerics
 from shimkit.audit.workers import TaskFailure, run_tasks
 
 STATUSES = ("clean", "missing", "pre-backend", "limitation", "error", "not-exportable", "no-sample", "timeout")
 # The phases in which a failure means the model never reached the backend.
 PRE_BACKEND_PHASES = ("to_edge",)
-# What leaves an op out of the goal's count: torch cannot export it, OpInfo has no sample, or the audit did
-# not finish. Everything else, a stop in to_edge included, is the lowering's success or failure.
-INELIGIBLE = ("not-exportable", "no-sample", "timeout")
 
 
 @dataclass
@@ -281,6 +279,8 @@ def to_markdown(results: list[OpResult], seconds: float, jobs: int, float64: Seq
     lines += ["", f"Of the {measured['eligible']} float32 ops that export, {measured['clean_with_shimkit']} lower "
               f"clean with shimkit ({100 * (measured['share'] or 0):.1f}%); an op that stops in `to_edge` "
               f"(pre-backend) counts as a failure.", "",
+              chart_sweep({"results": [asdict(r) for r in results]}, source="<this sweep>",
+                          command="python -m shimkit.audit.coverage --markdown"), "",
               "## Fixed by shimkit", ""]
     fixed = [r for r in results if r.fixed]
     lines += [f"- `{r.op}` ({r.dtype}): stock {r.stock} ({r.stock_detail})" for r in fixed] or ["(none)"]

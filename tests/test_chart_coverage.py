@@ -1,4 +1,5 @@
-"""benchmarks/chart_coverage.py: the counts it draws, and that a rerun replaces its block in the Markdown."""
+"""The coverage chart (shimkit.audit.chart): the counts it draws, that benchmarks/chart_coverage.py's rerun
+replaces its block in the Markdown, and that the `--report` Markdown and the sweep's Markdown carry it."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import json
 import re
 from pathlib import Path
 
+from shimkit.audit import chart
+
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("chart_coverage", ROOT / "benchmarks" / "chart_coverage.py")
 assert _spec is not None and _spec.loader is not None
-chart = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(chart)
+script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(script)
 
 
 def _row(op: str, stock: str, shimkit: str, dtype: str = "float32") -> dict[str, str]:
@@ -88,19 +91,19 @@ def test_rerun_replaces_the_block(tmp_path):
     doc.write_text("# Op coverage\n\n## Totals\n\n| a | b |\n\n## Fixed by shimkit\n\n- x\n")
     data = tmp_path / "coverage.json"
     data.write_text(json.dumps(SWEEP))
-    assert chart.main(["--json", str(data), "--markdown", str(doc)]) == 0
+    assert script.main(["--json", str(data), "--markdown", str(doc)]) == 0
     first = doc.read_text()
     assert first.count(chart.BEGIN) == 1 and first.count(chart.END) == 1
     # Put after the first section, before the next heading; what was there is kept.
     assert first.index("## Totals") < first.index(chart.BEGIN) < first.index(chart.END) < first.index("## Fixed")
     assert first.endswith("## Fixed by shimkit\n\n- x\n")
 
-    assert chart.main(["--json", str(data), "--markdown", str(doc)]) == 0
+    assert script.main(["--json", str(data), "--markdown", str(doc)]) == 0
     assert doc.read_text() == first                     # same data: same file, not a second block
 
     SWEEP2 = {"results": SWEEP["results"] + [_row("linalg.inv", "missing", "clean")]}
     data.write_text(json.dumps(SWEEP2))
-    assert chart.main(["--json", str(data), "--markdown", str(doc)]) == 0
+    assert script.main(["--json", str(data), "--markdown", str(doc)]) == 0
     second = doc.read_text()
     assert second.count(chart.BEGIN) == 1 and second.count("```mermaid") == 1
     assert _table(second)["linalg"] == [4, 0, 2, 0, 2, 0]
@@ -131,3 +134,50 @@ def test_audit_reports_by_suite():
     assert "made clean by shimkit" not in only          # no stock run: that segment cannot be told apart
     assert len(_bars(only)) == 4
     assert _table(only.replace("| - |", "| 0 |"))["metal"] == [2, 0, 2, 0, 0, 0]
+
+
+def _model(name: str, status: str) -> dict:
+    return {"name": name, "status": status, "missing": ["aoti_torch_mps_x"] if status == "missing" else [],
+            "failure": None, "kernels": []}
+
+
+def _report(plugins: bool, statuses: dict[str, str]) -> dict:
+    models = [_model(name, status) for name, status in statuses.items()]
+    return {"plugins": plugins, "models": models, "plugin_conflicts": [],
+            "summary": {"models": len(models), "clean": sum(m["status"] == "clean" for m in models)}}
+
+
+def test_the_report_markdown_carries_the_chart():
+    from shimkit.audit.cli import coverage_table
+
+    shimkit = _report(True, {"metal/whisper": "clean", "metal/llama": "clean", "conformer_block": "missing"})
+    stock = _report(False, {"metal/whisper": "clean", "metal/llama": "missing", "conformer_block": "missing"})
+    text = coverage_table(shimkit, stock)
+    block = text[text.index(chart.BEGIN):text.index(chart.END) + len(chart.END)]
+    assert _table(block) == {"metal": [2, 1, 2, 0, 0, 0], "zoo": [1, 0, 0, 1, 0, 0]}
+    assert "made clean by shimkit" in block and "`shimkit audit --report`" in block
+    assert text.index("clean with shimkit;") < text.index(chart.BEGIN)   # under the summary line
+    alone = coverage_table(shimkit, None)
+    assert "made clean by shimkit" not in alone
+    assert _table(alone.replace("| - |", "| 0 |"))["metal"] == [2, 0, 2, 0, 0, 0]
+
+
+def test_the_sweeps_markdown_keeps_the_chart_when_regenerated(tmp_path):
+    from shimkit.audit.coverage import OpResult, to_markdown
+
+    results = [OpResult(**{k: v for k, v in row.items()}) for row in SWEEP["results"]]
+    doc = tmp_path / "coverage.md"
+    doc.write_text(to_markdown(results, seconds=1.0, jobs=1))
+    generated = doc.read_text()
+    assert generated.count(chart.BEGIN) == 1 and generated.count(chart.END) == 1
+    assert _table(generated[generated.index(chart.BEGIN):])["linalg"] == [3, 0, 1, 0, 2, 0]
+    assert generated.index("## Totals") < generated.index(chart.BEGIN) < generated.index("## Fixed by shimkit")
+    # The script's rerun from the stored JSON replaces that block in place; nothing else changes.
+    data = tmp_path / "coverage.json"
+    data.write_text(json.dumps(SWEEP))
+    assert script.main(["--json", str(data), "--markdown", str(doc)]) == 0
+    rerun = doc.read_text()
+    assert rerun.count(chart.BEGIN) == 1
+    outside = lambda text: text[:text.index(chart.BEGIN)] + text[text.index(chart.END):]  # noqa: E731
+    assert outside(rerun) == outside(generated)
+    assert _table(rerun[rerun.index(chart.BEGIN):]) == _table(generated[generated.index(chart.BEGIN):])

@@ -99,7 +99,7 @@ def test_merge_writes_the_markdown_report_with_a_stock_column_only_when_known(re
 
     assert shimkit("merge", str(reports["shard1"]), str(reports["shard2"]), "--report", str(without)).returncode == 0
     table = without.read_text()
-    assert "| model | shimkit | missing kernels |\n" in table and "stock" not in table.split("##")[0].split("\n", 2)[2]
+    assert "| model | shimkit | missing kernels |\n" in table and "stock" not in table.split("<!-- chart:begin")[0].split("\n", 2)[2]
     assert "2 of 2 clean with shimkit." in table
 
 
