@@ -28,6 +28,11 @@ from shimkit.store import EnvironmentFailure, Store, default_store, digest_of
 
 SOURCE_DIR = Path(__file__).resolve().parent
 INCLUDE_DIR = SOURCE_DIR / "include"
+# Folders whose place differs from clone to clone and from environment to environment: the checkout and the
+# Python environment (torch's and pybind11's headers). Object keys and the header lists kept with them name
+# files under these by a placeholder, so a second clone, or a second virtual environment of the same
+# packages, reuses the first's objects (their contents are in the keys, so different files never match).
+PORTABLE_ROOTS = {"<checkout>": str(SOURCE_DIR.parent), "<prefix>": sys.prefix}
 ON_MACOS = sys.platform == "darwin"
 METAL_FRAMEWORKS = ("Metal", "MetalPerformanceShadersGraph", "Foundation")
 # The one c-shim adapter behind every plugin MSL kernel (ExecuTorch's Metal runtime only).
@@ -191,7 +196,10 @@ def _object(store: Store, compile_command: list[str], source: str) -> Path:
     on, so a change elsewhere does not recompile it); ``object``, keyed by that and the listed files'
     contents, holds the object.
     """
-    inputs_key = store.key("object-inputs", [*compile_command, source, Path(source).read_bytes()])
+    portable_command = [_portable(arg) for arg in compile_command]
+    inputs_key = store.key("object-inputs", [*portable_command, _portable(source), Path(source).read_bytes()])
+    # The object names no folder of this clone: __FILE__ in an assertion is relative to the checkout.
+    compile_command = [*compile_command, f"-ffile-prefix-map={PORTABLE_ROOTS['<checkout>']}/="]
     cached = _cached_object(store, inputs_key)
     if cached is not None:
         return cached
@@ -212,7 +220,8 @@ def _object(store: Store, compile_command: list[str], source: str) -> Path:
             folder = store.commit("object", store.key("object", [inputs_key, _contents_digest(dependencies)]),
                                   staging, inputs={"source": source})
         with store.staging("object-inputs") as staging:
-            (staging / "dependencies").write_bytes(b"".join(os.fsencode(name) + b"\0" for name in dependencies))
+            (staging / "dependencies").write_bytes(b"".join(os.fsencode(_portable(name)) + b"\0"
+                                                            for name in dependencies))
             store.commit("object-inputs", inputs_key, staging, replace=True, inputs={"source": source})
         return folder / "object.o"
 
@@ -257,7 +266,7 @@ def _cached_object(store: Store, inputs_key: str) -> Path | None:
     listed = store.lookup("object-inputs", inputs_key)
     if listed is None:
         return None
-    names = [os.fsdecode(name) for name in (listed / "dependencies").read_bytes().split(b"\0") if name]
+    names = [_resolved(os.fsdecode(name)) for name in (listed / "dependencies").read_bytes().split(b"\0") if name]
     try:
         digest = _contents_digest(names)
     except OSError:  # a file it read is gone: compiled again
@@ -267,7 +276,27 @@ def _cached_object(store: Store, inputs_key: str) -> Path | None:
 
 
 def _contents_digest(paths: Sequence[str]) -> str:
-    return digest_of([part for path in paths for part in (path, Path(path).read_bytes())])
+    return digest_of([part for path in paths for part in (_portable(path), Path(path).read_bytes())])
+
+
+def _portable(text: str) -> str:
+    """``text`` (a path or a compiler argument naming one) with a folder of :data:`PORTABLE_ROOTS` it starts
+    with, or names after ``-I``/``-isystem``, written as that folder's placeholder."""
+    for flag in ("-I", "-isystem", "-iquote", ""):
+        if text.startswith(flag):
+            path = text[len(flag):]
+            for placeholder, root in PORTABLE_ROOTS.items():
+                if path == root or path.startswith(root.rstrip("/") + "/"):
+                    return flag + placeholder + path[len(root.rstrip("/")):]
+    return text
+
+
+def _resolved(name: str) -> str:
+    """A name :func:`_portable` wrote, in this clone and this environment."""
+    for placeholder, root in PORTABLE_ROOTS.items():
+        if name.startswith(placeholder):
+            return root.rstrip("/") + name[len(placeholder):]
+    return name
 
 
 def compile_host_module(name: str, sources: Sequence[str | os.PathLike], *, uses_sdk: bool = True,

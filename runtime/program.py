@@ -34,7 +34,7 @@ import torch
 
 import shimkit._progress as progress
 import shimkit.metal as metal_package
-from shimkit.csrc.build import SANITIZER_FLAGS, SOURCE_DIR, compile_shared_library, sanitize_requested, sdk_sources
+from shimkit.csrc.build import PORTABLE_ROOTS, SANITIZER_FLAGS, SOURCE_DIR, compile_shared_library, sanitize_requested, sdk_sources
 from shimkit.registry.derive import BackendConfig
 from shimkit.runtime.generated import msl_adapter_source
 from shimkit.store import KEY_CHARS, EnvironmentFailure, default_store, digest_of, tree_digest
@@ -133,7 +133,13 @@ def _adapter_unit(path: str) -> str:
     preprocessor reads no escapes there): such a path is included in angle brackets, which can."""
     if not Path(path).is_absolute() or any(c in path for c in "\n\r\0"):
         raise ValueError(f"adapter path {path!r} cannot be #include-d (relative, or a line break or NUL in it)")
-    if '"' not in path and "\\" not in path:
+    checkout = PORTABLE_ROOTS["<checkout>"].rstrip("/") + "/"
+    relative = path[len(checkout):] if path.startswith(checkout) else None
+    if relative is not None and not any(c in relative for c in '"\\'):
+        # A built-in adapter by its place in the checkout (found through the runtime's -iquote of it): the
+        # same unit, so the same object, in every clone.
+        directive = f'#include "{relative}"'
+    elif '"' not in path and "\\" not in path:
         directive = f'#include "{path}"'
     elif ">" not in path:
         directive = f"#include <{path}>"
@@ -154,7 +160,7 @@ def _runtime_library(adapters: tuple[str, ...], generated: str) -> Path:
                           *(part for adapter in adapters for part in (adapter, Path(adapter).read_bytes()))])
     name = f"shimkit-metal-runtime-{identity[:KEY_CHARS]}"
     flags = ["-O2", "-fvisibility=default", "-Wl,-Bsymbolic", "-Wl,--no-undefined", "-pthread",
-             f"-Wl,-soname,{name}.so"]
+             f"-Wl,-soname,{name}.so", f"-iquote{PORTABLE_ROOTS['<checkout>']}"]
     if sanitize:
         flags += list(SANITIZER_FLAGS)
     return compile_shared_library(

@@ -272,6 +272,40 @@ def test_builds_work_in_folders_whose_names_need_escaping(tmp_path, monkeypatch)
     assert not list((tmp_path / f"store {WEIRD}").rglob("*.tmp"))
 
 
+def test_a_second_clone_reuses_the_first_clones_objects_and_a_changed_header_is_compiled(tmp_path, monkeypatch):
+    from shimkit.csrc import build
+
+    monkeypatch.setenv("SHIMKIT_BUILD_DIR", str(tmp_path / "store"))
+    compiled = []
+    real_run = build.run_compiler
+
+    def counting(command, **kwargs):
+        compiled.extend(arg for arg in command if arg.endswith(".cpp") and "-c" in command)
+        return real_run(command, **kwargs)
+
+    monkeypatch.setattr(build, "run_compiler", counting)
+
+    def clone(name: str, value: int) -> Path:
+        checkout = tmp_path / name
+        (checkout / "kernels").mkdir(parents=True)
+        (checkout / "kernels" / "answer.h").write_text(f"inline int answer() {{ return {value}; }}\n")
+        (checkout / "kernels" / "answer.cpp").write_text(
+            '#include "answer.h"\n#include <cassert>\nextern "C" __attribute__((visibility("default"))) '
+            'int shimkit_answer() { assert(__FILE__[0] != 0); return answer(); }\n')
+        monkeypatch.setitem(build.PORTABLE_ROOTS, "<checkout>", str(checkout))
+        return checkout / "kernels" / "answer.cpp"
+
+    import ctypes
+
+    first = build.compile_shared_library("answer", [str(clone("first", 42))])
+    assert ctypes.CDLL(str(first)).shimkit_answer() == 42 and len(compiled) == 1
+    assert str(tmp_path / "first").encode() not in next((tmp_path / "store").glob("object/*/object.o")).read_bytes()
+    second = build.compile_shared_library("answer", [str(clone("second", 42))])
+    assert ctypes.CDLL(str(second)).shimkit_answer() == 42 and len(compiled) == 1   # linked, not compiled
+    third = build.compile_shared_library("answer", [str(clone("third", 43))])       # same paths, other header
+    assert ctypes.CDLL(str(third)).shimkit_answer() == 43 and len(compiled) == 2
+
+
 def test_runtime_adapters_in_folders_with_quotes_are_included(tmp_path, monkeypatch):
     from shimkit.runtime.program import _adapter_unit
 
