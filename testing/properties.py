@@ -13,6 +13,7 @@ hypothesis that is the script of the shrunk, minimal program.
 
 from __future__ import annotations
 
+import sys
 import traceback
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -491,7 +492,8 @@ def assert_plugin_matches_reference(plugin: str | OpPlugin, *, kernels: Mapping[
     writes for it (:func:`inductor_metal`). Against a :class:`~shimkit.registry.RandomReference` the
     check is by distribution (:func:`assert_same_distribution`), at the drawn sizes only.
 
-    Runs hypothesis itself under the loaded profile (or ``settings``): one line in a test.
+    Runs hypothesis itself under the loaded profile (or ``settings``): one line in a test. Without
+    ``settings`` it has no deadline (or the pytest ini option ``shimkit_deadline``'s).
     """
     from hypothesis import given, strategies as st
 
@@ -552,6 +554,10 @@ def assert_plugin_matches_reference(plugin: str | OpPlugin, *, kernels: Mapping[
         except PropertyFailure as failure:
             raise PropertyFailure(f"{label}: {failure}") from None
 
-    if settings is not None:
-        check = settings(check)
+    if settings is None:  # not hypothesis' 200 ms: the first example exports and compiles (issue 48)
+        from hypothesis import settings as hypothesis_settings
+
+        pytest_plugin = sys.modules.get("shimkit.testing.pytest_plugin")
+        settings = hypothesis_settings(deadline=getattr(pytest_plugin, "DEADLINE", None))
+    check = settings(check)
     check()

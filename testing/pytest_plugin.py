@@ -118,8 +118,15 @@ def _uses_shimkit(test: Any) -> bool:
     return code is not None and any(of_shimkit(names.get(name)) for name in code.co_names)
 
 
+#: The run's ``shimkit_deadline`` (``None``: no deadline), also for the properties shimkit runs itself
+#: (``assert_plugin_matches_reference``), which are not the test's own ``@given``.
+DEADLINE: Any = None
+
+
 @pytest.hookimpl(tryfirst=True)  # before hypothesis' own plugin loads --hypothesis-profile
 def pytest_configure(config: pytest.Config) -> None:
+    global DEADLINE
+    DEADLINE = _deadline(config.getini("shimkit_deadline"))
     requested = (config.getoption("shimkit_profile") or os.environ.get("SHIMKIT_HYPOTHESIS_PROFILE")
                  or config.getini("shimkit_hypothesis_profile"))
     if requested:
