@@ -69,7 +69,7 @@ setup(
     # Kernel files, each in the package of its folder: shimkit's SDK (csrc/), the stand-in runtime
     # (runtime/native/, built on demand, not part of shimkit._C), metal_stdlib and each built-in plugin's kernel
     # folder (its Kernel record's sources).
-    package_data={"": ["*.cpp", "*.mm", "*.h", "*.metal", "metal_stdlib"]},
+    package_data={"": ["*.cpp", "*.mm", "*.cu", "*.h", "*.metal", "metal_stdlib"]},
     include_package_data=True,
     ext_modules=[_extension()],
     cmdclass={"build_ext": build_ext},

@@ -16,8 +16,8 @@ from shimkit.registry.errors import InvalidPluginRecord, UnknownOpError
 from shimkit.registry.ops import canonical_op_name
 
 _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# What a runtime build compiles: Objective-C++/C++/C and Metal Shading Language sources.
-KERNEL_SOURCE_SUFFIXES = (".mm", ".m", ".cpp", ".cc", ".cxx", ".c", ".metal")
+# What a runtime build compiles: Objective-C++/C++/C, Metal Shading Language and CUDA C++ sources.
+KERNEL_SOURCE_SUFFIXES = (".mm", ".m", ".cpp", ".cc", ".cxx", ".c", ".metal", ".cu")
 # Kernel paths reach generated CMake: a character CMake's quoting or list syntax would reinterpret
 # (newlines, ';' which splits lists, other control characters) is refused rather than escaped away.
 _UNSAFE_PATH_CHARACTER = re.compile(r"[\x00-\x1f\x7f;]")
@@ -130,7 +130,8 @@ class Kernel:
 
     ``directory`` is the folder holding the files, absolute: ``Path(__file__).parent / "kernel"``
     works from any installed package. Sources are file names relative to it: portable C++ (``.cpp``),
-    Objective-C++ for a Metal host (``.mm``) and Metal Shading Language (``.metal``). The host module
+    Objective-C++ for a Metal host (``.mm``), Metal Shading Language (``.metal``) and CUDA C++ for the
+    CUDA runtime (``.cu``). The host module
     is either built by shimkit from ``host_sources`` on first use (a pybind11 module whose bindings
     file starts with ``PYBIND11_MODULE(SHIMKIT_HOST_MODULE, m)``; ``links_libtorch`` links libtorch
     for c-shim adapters over real ``AtenTensorHandle``\\ s) or is the plugin package's own compiled

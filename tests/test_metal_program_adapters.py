@@ -429,6 +429,24 @@ def test_nonzero_program_links_with_the_plugins_size_accessor_and_computes_like_
     _assert_ran_clean(audit, "at::_ops::nonzero::call")
 
 
+NONZERO_USED_MODEL = """
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            index = torch.nonzero(x > 0.5)
+            return index * 3 + 1, x[index[:, 0], index[:, 1]] * 2, index.sum(0)
+
+    def make():
+        return Model(), (torch.rand(6, 5, generator=torch.Generator().manual_seed(0)),)
+"""
+
+
+def test_nonzero_result_read_by_later_kernels_computes_like_eager(tmp_path):
+    """Inductor's kernels after the call index nonzero's result with ATen's strides, (1, rows): a row-major
+    result read them wrong (max errors 12, 5.8 and 94)."""
+    audit = _execute(_write_model(tmp_path, "nonzero_used", NONZERO_USED_MODEL))
+    _assert_ran_clean(audit, "at::_ops::nonzero::call")
+
+
 def _nonzero(runtime, x: torch.Tensor) -> torch.Tensor:
     return _call_for_one_tensor(runtime, _shim(runtime, "aoti_torch_mps_nonzero"), x)
 
@@ -442,7 +460,7 @@ def _nonzero(runtime, x: torch.Tensor) -> torch.Tensor:
 def test_nonzero_adapter_called_directly_matches_aten(runtime, x):
     result = _nonzero(runtime, x)
     assert result.dtype == torch.int64
-    assert torch.equal(result, torch.nonzero(x))
+    assert torch.equal(result, torch.nonzero(x)) and result.stride() == torch.nonzero(x).stride()
 
 
 # -- the MSL elementwise adapter -------------------------------------------------------------------------------

@@ -114,12 +114,15 @@ def simd_reference(values: list[int]) -> list[list[int]]:
         def lane(i, own):
             return lanes[i] if 0 <= i < active else own
 
+        def fill_down(i):  # an inactive lane inside the simdgroup reads 0, as on Apple silicon (c10 counts on it)
+            return lanes[i] if i < active else 0
+
         ballot = sum(1 << k for k, v in enumerate(lanes) if v > 0)
         ballot = ballot - (1 << 32) if ballot >= 1 << 31 else ballot
         for k, v in enumerate(lanes):
             fill = -lanes[k + 4 - 32] if k + 4 >= 32 and k + 4 - 32 < active else v
             rows.append([sum(lanes), sum(lanes[:k]), sum(lanes[:k + 1]), lane(k + 3, v), lane(k ^ 5, v),
-                         lane(2, v), max(lanes), ballot, lane(k + 4, v) if k + 4 < 32 else fill])
+                         lane(2, v), max(lanes), ballot, fill_down(k + 4) if k + 4 < 32 else fill])
     return rows
 
 

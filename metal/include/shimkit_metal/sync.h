@@ -125,7 +125,10 @@ template <class T> void broadcast_first(Fiber** lanes) { broadcast_first_lanes<T
 template <class T, long (*Source)(long, long)> void shuffle(Fiber** lanes) { shuffle_lanes<T, Source>(FiberLanes{lanes}); }
 
 // and_fill: within segments of `modulo` lanes (argument = delta | modulo << 16), lanes shifted past the
-// segment's end (down) or start (up) read the fill value of the lane that far into the segment.
+// segment's end (down) or start (up) read the fill value of the lane that far into the segment. A lane
+// shifted onto an inactive lane inside the segment reads zero bits: Metal leaves it undefined, Apple silicon
+// gives 0, and c10's 64-bit simd_sum (Inductor's integer reductions over fewer than 32 threads) counts on
+// that (c10/metal/reduction_utils.h's note); reading the lane's own value counted it twice.
 template <class T, bool Down> void shuffle_fill(Fiber** lanes) {
   for (uint i = 0; i < kSimdWidth; ++i) {
     if (!lanes[i]) continue;
@@ -134,9 +137,13 @@ template <class T, bool Down> void shuffle_fill(Fiber** lanes) {
     const long shifted = Down ? at + delta : at - delta;
     const bool inside = shifted >= 0 && shifted < width;
     const long from = segment + (inside ? shifted : (Down ? shifted - width : shifted + width));
-    const Fiber* source = (from >= 0 && from < long(kSimdWidth) && lanes[from]) ? lanes[from] : lanes[i];
+    const bool active = from >= 0 && from < long(kSimdWidth) && lanes[from];
+    const Fiber* source = active ? lanes[from] : lanes[i];
     T value;
-    std::memcpy(static_cast<void*>(&value), inside ? source->value : source->fill, sizeof(T));
+    if (inside && !active)
+      std::memset(static_cast<void*>(&value), 0, sizeof(T));
+    else
+      std::memcpy(static_cast<void*>(&value), inside ? source->value : source->fill, sizeof(T));
     set_result(lanes[i], value);
   }
 }

@@ -1,13 +1,14 @@
-// The coordinates of the nonzero elements, in row-major order, for ExecuTorch's Metal runtime
+// The coordinates of the nonzero elements, in row-major order of the elements, for ExecuTorch's Metal runtime
 // (aoti_torch_mps_nonzero, dispatched by nonzero_shim_mps.mm) and, unchanged, for shimkit.metal on Linux (the
 // plugin's launch_nonzero).
 //
 // Two dispatches of the same kernel, one thread per element, no atomics and no scratch memory: each thread
 // counts the nonzero elements before it (O(n) per thread: right for the masks and index tensors models
 // take `nonzero` of, slow for millions of elements). With `write` == 0 only the last thread stores the
-// total, which the host reads to allocate [total, ndim]; with `write` == 1 each nonzero thread writes its
-// coordinates to its row. NaN is nonzero and -0.0 is zero, as in ATen. `input` is contiguous; `sizes`
-// holds its ndim sizes.
+// total, which the host reads to allocate [total, ndim] with strides (1, total), the layout ATen's nonzero
+// returns on every device and Inductor's code after the call assumes; with `write` == 1 each nonzero thread
+// writes its coordinates to its row, a column per dimension. NaN is nonzero and -0.0 is zero, as in ATen.
+// `input` is contiguous; `sizes` holds its ndim sizes.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -43,9 +44,10 @@ kernel void nonzero(device long* coordinates [[buffer(0)]],
   if (!here) {
     return;
   }
+  const long rows = total[0];
   long rest = element;
   for (long d = ndim - 1; d >= 0; --d) {
-    coordinates[before * ndim + d] = rest % sizes[d];
+    coordinates[d * rows + before] = rest % sizes[d];
     rest /= sizes[d];
   }
 }

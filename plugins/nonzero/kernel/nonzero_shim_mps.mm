@@ -1,6 +1,6 @@
 // aoti_torch_mps_nonzero for ExecuTorch's Metal runtime: counts the nonzero elements with nonzero.metal's
 // nonzero_<dtype> (write = 0), waits for that count as ATen's mps nonzero does, allocates [count, ndim]
-// int64 and dispatches the same kernel again (write = 1) to write the coordinates: exactly what the plugin's
+// int64 with strides (1, count) (ATen's layout, which Inductor's code after the call indexes) and dispatches the same kernel again (write = 1) to write the coordinates: exactly what the plugin's
 // launch_nonzero does on Linux through shimkit.metal (where this kernel is tested).
 //
 // Compiled and run on Linux against the Metal runtime stand-in in runtime/native
@@ -32,6 +32,14 @@ Error empty_int64(const std::vector<int64_t>& sizes, AOTITensorHandle* out) {
   return shimkit_adapter::empty_contiguous(sizes, shimkit::scalar_types::kInt64, out);
 }
 
+// [rows, ndim] int64 with strides (1, rows), as ATen's nonzero returns it on every device.
+Error empty_coordinates(int64_t rows, int64_t ndim, AOTITensorHandle* out) {
+  const int64_t sizes[2] = {rows, ndim};
+  const int64_t strides[2] = {1, rows};
+  return aoti_torch_empty_strided(2, sizes, strides, shimkit::scalar_types::kInt64, shimkit::device_types::kMps, 0,
+                                  out);
+}
+
 }  // namespace
 
 extern "C" AOTITorchError aoti_torch_mps_nonzero(AOTITensorHandle self, AOTITensorHandle* ret0) {
@@ -43,7 +51,7 @@ extern "C" AOTITorchError aoti_torch_mps_nonzero(AOTITensorHandle self, AOTITens
   const int64_t ndim = input->dim();
   const int64_t numel = input->numel();
   if (numel == 0) {
-    return empty_int64({0, ndim}, ret0) == Error::Ok ? Error::Ok : Error::MemoryAllocationFailed;
+    return empty_coordinates(0, ndim, ret0) == Error::Ok ? Error::Ok : Error::MemoryAllocationFailed;
   }
   static std::unique_ptr<ETMetalShaderLibrary> library(new ETMetalShaderLibrary(shimkit_msl_source_nonzero));
   auto kernel = library->getKernelFunction(std::string("nonzero_") + type);
@@ -79,7 +87,7 @@ extern "C" AOTITorchError aoti_torch_mps_nonzero(AOTITensorHandle self, AOTITens
   synchronize_metal_stream();
   const int64_t count = total->const_data_ptr<int64_t>()[0];
   AOTITensorHandle coordinates = nullptr;
-  if (empty_int64({count, ndim}, &coordinates) != Error::Ok) {
+  if (empty_coordinates(count, ndim, &coordinates) != Error::Ok) {
     aoti_torch_delete_tensor_object(total);
     aoti_torch_delete_tensor_object(sizes_tensor);
     ET_LOG(Error, "%s: could not allocate the result", kShim);
