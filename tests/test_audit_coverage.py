@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from shimkit.audit.coverage import OpResult, audit_op, goal, op_names, to_markdown, totals
+from shimkit.audit.coverage import OpResult, audit_op, goal, main, op_names, to_markdown, totals, updated_sweep
 
 
 @pytest.mark.parametrize("op, stock, shimkit", [
@@ -58,3 +58,31 @@ def test_the_command_sweeps_a_subset_in_workers(tmp_path):
     assert {(r["op"], r["stock"], r["shimkit"]) for r in document["results"]} == {
         ("abs", "clean", "clean"), ("addmv", "pre-backend", "clean")}
     assert "| `addmv` | float32 | pre-backend | clean |" in (tmp_path / "c.md").read_text()
+
+
+def test_an_update_replaces_the_ops_audited_again_and_keeps_the_rest():
+    stored = {"seconds": 205.0, "jobs": 2, "results": [
+        vars(OpResult("unique", "float32", "pre-backend", "pre-backend", "x", "x")),
+        vars(OpResult("abs", "float32", "clean", "clean")),
+        vars(OpResult("unique", "float16", "pre-backend", "pre-backend", "x", "x")),
+        vars(OpResult("double", "float32", "error", "error", "", "KeyError: torch.float64"))],
+        "float64_opt_in": [vars(OpResult("double", "float32", "error", "clean")),
+                           vars(OpResult("unique", "float32", "error", "wrong"))]}
+    fresh = [OpResult("unique", "float32", "pre-backend", "clean", "x"), OpResult("angle", "float32", "pre-backend",
+                                                                                  "clean", "y")]
+    results, float64 = updated_sweep(stored, fresh, [])
+    assert [(r.op, r.dtype, r.shimkit) for r in results] == [
+        ("unique", "float32", "clean"), ("abs", "float32", "clean"), ("unique", "float16", "pre-backend"),
+        ("double", "float32", "error"), ("angle", "float32", "clean")]
+    assert [(r.op, r.shimkit) for r in float64] == [("double", "clean")]   # unique's stale opt-in row is gone
+    report = to_markdown(results, 205.0, 2, float64, updated=["angle", "unique"])
+    assert "Updated since (`--update`): 2 ops audited again, `angle`, `unique`" in report
+    assert "702" not in report and "5 (op, dtype) pairs in 205 s with 2 worker(s)" in report
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"results": []}'])
+def test_an_update_of_what_is_not_a_stored_sweep_is_refused_while_parsing(tmp_path, capsys, content):
+    (tmp_path / "c.json").write_text(content)
+    with pytest.raises(SystemExit) as stop:
+        main(["--update", str(tmp_path / "c.json"), "--ops", "abs"])
+    assert stop.value.code == 2 and f"{tmp_path / 'c.json'}" in capsys.readouterr().err

@@ -21,7 +21,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPROS = ("linear_cumsum", "sort_values", "sdpa_float32", "sdpa_bfloat16", "sdpa_bfloat16_blocks",
-          "gru_sequence", "conv_transpose_upsampler", "latent_generator", "scatter_add_constant_index")
+          "gru_sequence", "conv_transpose_upsampler", "latent_generator", "scatter_add_constant_index",
+          "nonzero_of_where", "phase_head", "kaiser_spectrogram", "unique_counts", "stable_sort")
 RANK = {"clean": 0, "unchecked": 1, "missing": 2, "wrong": 2, "stopped": 3, "limitation": 3, "error": 3,
         "interrupted": 4}
 

@@ -114,3 +114,54 @@ def scatter_add_constant_index():
 
 def nonzero_of_where():
     return _NonzeroOfWhere(), (torch.randn(6, 5, generator=torch.Generator().manual_seed(0)),)
+
+
+class _PhaseHead(torch.nn.Module):
+    """An iSTFT vocoder head as written: magnitude times exp(1j * phase), resynthesized by istft."""
+
+    def __init__(self, frame: int = 32, hop: int = 8, features: int = 16):
+        super().__init__()
+        self.frame, self.hop = frame, hop
+        self.register_buffer("window", torch.hann_window(frame))
+        self.out = torch.nn.Linear(features, frame + 2)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        magnitude, phase = self.out(features).transpose(1, 2).chunk(2, dim=1)
+        spectrum = torch.exp(magnitude).clamp(max=1e2) * torch.exp(1j * phase)
+        return torch.istft(spectrum, self.frame, hop_length=self.hop, window=self.window, center=True)
+
+
+class _KaiserSpectrogram(torch.nn.Module):
+    """A magnitude spectrogram whose Kaiser window is built in ``forward`` (``aten.i0`` once decomposed)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        window = torch.kaiser_window(64, periodic=True, beta=8.0, device=x.device)
+        return torch.stft(x, 64, hop_length=16, window=window, return_complex=True).abs()
+
+
+class _UniqueCounts(torch.nn.Module):
+    def forward(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return torch.unique(labels, sorted=True, return_inverse=True, return_counts=True)
+
+
+class _StableSort(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.sort(x, dim=-1, stable=True)
+
+
+def phase_head():
+    torch.manual_seed(0)
+    return _PhaseHead(), (torch.randn(2, 12, 16),)
+
+
+def kaiser_spectrogram():
+    return _KaiserSpectrogram(), (torch.randn(2, 1024, generator=torch.Generator().manual_seed(0)),)
+
+
+def unique_counts():
+    return _UniqueCounts(), (torch.randint(0, 7, (64,), generator=torch.Generator().manual_seed(0)),)
+
+
+def stable_sort():
+    # Few distinct values: ties decide the indices, which only a stable sort fixes.
+    return _StableSort(), (torch.randint(0, 4, (3, 50), generator=torch.Generator().manual_seed(0)).float(),)
