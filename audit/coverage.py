@@ -19,9 +19,9 @@ policy ``float32`` (``shimkit.passes.float64``), their numbers checked against f
 
 Run ``python -m shimkit.audit.coverage -j 2 --json coverage.json --markdown docs/coverage.md``; ``--ops``
 takes name patterns for a subset; ``--update coverage.json --ops PATTERN ...`` audits those ops again and
-reports the stored sweep with their rows replaced (the Markdown names them). Workers are processes forked from the sweep's (shimkit.audit.workers); a
-crash or timeout in one op is that op's result, never the sweep's end, and Ctrl-C writes the reports of the
-ops finished (exit status 130).
+reports the stored sweep with their rows replaced (the Markdown names them). Workers are processes forked
+from the sweep's (shimkit.audit.workers); a crash or timeout in one op is that op's result, never the
+sweep's end, and Ctrl-C writes the reports of the ops finished (exit status 130).
 """
 
 from __future__ import annotations

@@ -90,6 +90,26 @@ def _reference(op: str) -> Callable[..., Any]:
     return reference
 
 
+def var_mean_calls():
+    """``var_mean(x, dim, correction=, keepdim=)`` calls: ``x`` 0-d to 3-d (empty dims too), every ``dim`` form
+    (``None``, one, several), ``correction`` absent, 0, 1 or 2."""
+    from hypothesis import strategies as st
+
+    from shimkit.plugins.shared import float32_tensors
+    from shimkit.registry import OpCall
+
+    def call(shape):
+        rank = len(shape)
+        dims = st.none() if not rank else st.none() | st.lists(
+            st.integers(-rank, rank - 1), min_size=1, max_size=rank, unique_by=lambda d: d % rank)
+        values = float32_tensors(shape, st.floats(-8, 8, width=32) | st.sampled_from([float("nan"), float("inf")]))
+        return st.builds(lambda x, dim, correction, keepdim: OpCall((x, dim), {"correction": correction,
+                                                                             "keepdim": keepdim}),
+                         values, dims, st.none() | st.sampled_from([0, 1, 2]), st.booleans())
+
+    return st.lists(st.integers(0, 4), max_size=3).map(tuple).flatmap(call)
+
+
 @hookimpl
 def shimkit_op_plugins():
     yield OpPlugin(
@@ -99,6 +119,7 @@ def shimkit_op_plugins():
         # Not core ATen: without these, the ops stop in to_edge before any backend sees them.
         pre_edge=KEPT,
         references={op: _reference(op) for op in KEPT},
+        input_strategies={"aten::var_mean.correction": var_mean_calls},
         doc="PyTorch's own torch._decomp decompositions (prims run as ATen) for copysign, ldexp, dist "
             "and var_mean.",
     )
