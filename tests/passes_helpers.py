@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from torch import fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from shimkit.passes.meta import layout, same_layout
 
@@ -187,3 +188,19 @@ def assert_values_fresh(module: fx.GraphModule, inputs: list[torch.Tensor]) -> N
         assert "val" in old.meta, f"{old.name} lost meta['val']"
         assert same_layout(layout(old.meta["val"]), layout(new.meta["val"])), \
             f"{old.format_node()}: meta says {layout(old.meta['val'])}, fresh propagation {layout(new.meta['val'])}"
+
+
+class Decomposing(TorchDispatchMode):
+    """Every op of ``table`` called inside runs its decomposition instead (the ops the decomposition calls
+    run as they are): OpInfo's samples reach the ATen overload exactly as a model's call would. ``used``
+    collects the ops it replaced."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.table, self.used = table, set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in self.table:
+            self.used.add(func)
+            return self.table[func](*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))

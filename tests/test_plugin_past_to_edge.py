@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 import torch
 from torch.testing._internal.common_methods_invocations import op_db
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from shimkit.audit.coverage import one_op_model
 from shimkit.audit.loader import LoadedModel
@@ -23,6 +22,7 @@ from shimkit.plugins.kthvalue import kthvalue_decomposition
 from shimkit.plugins.logcumsumexp import logcumsumexp_decomposition
 from shimkit.plugins.searchsorted import searchsorted_decomposition
 from shimkit.registry import DecompositionDeclined
+from passes_helpers import Decomposing
 
 OPS = {op.name: op for op in op_db if not op.variant_test_name}
 SWEEP_STOPS = ["kthvalue", "cummax", "cummin", "logcumsumexp", "histc", "searchsorted", "bucketize"]
@@ -50,20 +50,6 @@ def test_the_opinfo_sample_stops_stock_and_lowers_clean_with_eagers_numbers(name
     _assert_stops_stock_and_lowers_clean(*one_op_model(OPS[name], sample), name)
 
 
-class _Decomposing(TorchDispatchMode):
-    """Every op of ``table`` called inside runs its decomposition instead (the ops the decomposition calls
-    run as they are): OpInfo's samples reach the ATen overload exactly as a model's call would."""
-
-    def __init__(self, table):
-        super().__init__()
-        self.table, self.used = table, set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in self.table:
-            self.used.add(func)
-            return self.table[func](*args, **(kwargs or {}))
-        return func(*args, **(kwargs or {}))
-
 
 def _assert_kthvalue_result(actual, expected, sample):
     """Values equal ATen's; each index holds an element equal to its value (ATen's own choice among equal
@@ -86,7 +72,7 @@ def test_every_opinfo_sample_matches_aten(name, dtype):
     op = OPS[name]
     if dtype not in op.supported_dtypes("cpu"):
         pytest.skip(f"ATen has no {name} for {dtype}")
-    mode = _Decomposing(backend_config("mps").pre_edge_decomposition_table)
+    mode = Decomposing(backend_config("mps").pre_edge_decomposition_table)
     checked = 0
     for sample in op.sample_inputs("cpu", dtype, requires_grad=False):
         expected = op.op(sample.input, *sample.args, **sample.kwargs)
@@ -178,7 +164,7 @@ WINDOWS = [(torch.hann_window, ()), (torch.hamming_window, ()), (torch.hamming_w
 
 @pytest.mark.parametrize("window, parameters", WINDOWS)
 def test_window_functions_are_atens_bit_for_bit_kaiser_to_rounding(window, parameters):
-    mode = _Decomposing(backend_config("cuda").pre_edge_decomposition_table)
+    mode = Decomposing(backend_config("cuda").pre_edge_decomposition_table)
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         for length in (0, 1, 2, 3, 8, 9, 64, 401):
             for periodic in (True, False):

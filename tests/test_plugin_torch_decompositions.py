@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch._decomp import core_aten_decompositions
 from torch.testing._internal.common_methods_invocations import op_db
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from shimkit.audit.coverage import one_op_model
 from shimkit.audit.loader import LoadedModel
@@ -17,6 +16,7 @@ from shimkit.audit.runner import audit_loaded
 from shimkit.backend import backend_config
 from shimkit.plugins.torch_decompositions import KEPT, torch_decomposition
 from shimkit.registry import resolve_op
+from passes_helpers import Decomposing
 
 OPS = {(op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")): op for op in op_db}
 # OpInfo name -> the kept ops its samples reach.
@@ -27,19 +27,6 @@ OPINFO = {
     "var_mean": ("aten::var_mean.correction",),
 }
 
-
-class _Decomposing(TorchDispatchMode):
-    """Every op of ``table`` called inside runs its decomposition instead."""
-
-    def __init__(self, table):
-        super().__init__()
-        self.table, self.used = table, set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in self.table:
-            self.used.add(func)
-            return self.table[func](*args, **(kwargs or {}))
-        return func(*args, **(kwargs or {}))
 
 
 def _table(names):
@@ -63,7 +50,7 @@ def test_every_opinfo_sample_matches_aten(name, dtype):
     op = OPS[name]
     if dtype not in op.supported_dtypes("cpu"):
         pytest.skip(f"ATen has no {name} for {dtype}")
-    mode = _Decomposing(_table(OPINFO[name]))
+    mode = Decomposing(_table(OPINFO[name]))
     checked = 0
     for sample in op.sample_inputs("cpu", dtype, requires_grad=False):
         expected = _run(op, sample)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 import torch
 from torch.testing._internal.common_methods_invocations import op_db
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from shimkit.audit.loader import LoadedModel
 from shimkit.audit.options import AuditOptions
@@ -25,6 +24,7 @@ from shimkit.plugins.unique import (MAX_ROW_LENGTH, unique_consecutive_decomposi
                                     unique_dim_decomposition)
 from shimkit.registry import DecompositionDeclined
 from shimkit.testing import assert_plugin_matches_reference
+from passes_helpers import Decomposing
 
 OPS = {op.name: op for op in op_db if not op.variant_test_name}
 NAN, INF = float("nan"), float("inf")
@@ -32,20 +32,6 @@ UNIQUE_OPS = (torch.ops.aten._unique2.default, torch.ops.aten.unique_dim.default
               torch.ops.aten.unique_consecutive.default)
 SORT_STABLE, I0 = torch.ops.aten.sort.stable, torch.ops.aten.i0.default
 
-
-class _Decomposing(TorchDispatchMode):
-    """Every op of ``table`` called inside runs its decomposition instead (the ops the decomposition calls
-    run as they are): OpInfo's samples reach the ATen overload exactly as a model's call would."""
-
-    def __init__(self, table):
-        super().__init__()
-        self.table, self.used = table, set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in self.table:
-            self.used.add(func)
-            return self.table[func](*args, **(kwargs or {}))
-        return func(*args, **(kwargs or {}))
 
 
 def _assert_same(actual, expected, tolerance=None):
@@ -71,7 +57,7 @@ def test_unique_matches_aten_on_every_opinfo_sample(name, dtype):
     -1, 0-d to 3-d, empty ones too), bit for bit; ``dim`` samples reach ``unique_dim`` and
     ``unique_consecutive(dim=)``."""
     op = OPS[name]
-    mode = _Decomposing(backend_config("mps").pre_edge_decomposition_table)
+    mode = Decomposing(backend_config("mps").pre_edge_decomposition_table)
     checked = 0
     for sample in op.sample_inputs("cpu", dtype, requires_grad=False):
         expected = op.op(sample.input, *sample.args, **sample.kwargs)
@@ -89,7 +75,7 @@ def test_unique_matches_aten_on_every_opinfo_sample(name, dtype):
 def test_sort_stable_matches_aten_on_every_opinfo_sample(dtype):
     """Every OpInfo sample that reaches ``sort.stable`` (``stable=`` given): values bit for bit and the stable
     indices ATen returns for ``stable=True`` (a ``stable=False`` request gets the stable order too)."""
-    mode = _Decomposing(backend_config("cuda").pre_edge_decomposition_table)
+    mode = Decomposing(backend_config("cuda").pre_edge_decomposition_table)
     reached = 0
     for sample in OPS["sort"].sample_inputs("cpu", dtype, requires_grad=False):
         mode.used.clear()
@@ -106,7 +92,7 @@ def test_sort_stable_matches_aten_on_every_opinfo_sample(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
                                    torch.uint8, torch.bool])
 def test_i0_matches_aten_on_every_opinfo_sample_on_cuda(dtype):
-    mode = _Decomposing(backend_config("cuda").pre_edge_decomposition_table)
+    mode = Decomposing(backend_config("cuda").pre_edge_decomposition_table)
     op = OPS["i0"]
     for sample in op.sample_inputs("cpu", dtype, requires_grad=False):
         with mode:
