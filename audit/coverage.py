@@ -396,10 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.update is not None:
         stored = args.update
         print(f"{len(results)} (op, dtype) pairs audited again in {seconds:.0f} s", file=sys.stderr)
-        updated = sorted({r.op for r in results})
+        updated = sorted(set(stored.get("updated", [])) | {r.op for r in results})
         results, float64 = updated_sweep(stored, results, float64)
         seconds, jobs = stored["seconds"], stored["jobs"]
-        updated = sorted(set(stored.get("updated", [])) | set(updated))
     document = {"seconds": round(seconds, 1), "jobs": jobs, "totals": totals(results), "goal": goal(results),
                 "results": [asdict(r) for r in results], "float64_opt_in": [asdict(r) for r in float64],
                 **({"updated": updated} if updated else {})}

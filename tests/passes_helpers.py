@@ -204,3 +204,26 @@ class Decomposing(TorchDispatchMode):
             self.used.add(func)
             return self.table[func](*args, **(kwargs or {}))
         return func(*args, **(kwargs or {}))
+
+
+def assert_stops_stock_and_lowers_clean_for_metal(module, inputs, op_text, dynamic_shapes=None):
+    """``module`` exported (with ``dynamic_shapes``) stops in ``to_edge`` stock, naming ``op_text`` as not core
+    ATen, and with shimkit's plugins lowers for Metal with nothing missing and its numbers checked against
+    eager; returns the shimkit run's audit."""
+    from shimkit.audit.loader import LoadedModel
+    from shimkit.audit.options import AuditOptions
+    from shimkit.audit.runner import audit_loaded
+    from shimkit.backend import backend_config
+
+    def audit(plugins):
+        exported = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes, strict=False)
+        return audit_loaded(LoadedModel("model", exported=exported),
+                            config=backend_config("mps") if plugins else None, options=AuditOptions(numerics=plugins))
+
+    stock = audit(plugins=False)
+    assert stock.failure is not None and stock.failure.phase == "to_edge", stock.failure
+    assert op_text in stock.failure.message and "Core ATen" in stock.failure.message
+    fixed = audit(plugins=True)
+    assert fixed.failure is None and not fixed.missing, (fixed.failure, fixed.missing)
+    assert fixed.numerics is not None and fixed.numerics.ok and fixed.numerics.checks
+    return fixed

@@ -11,9 +11,6 @@ import torch
 from torch.testing._internal.common_methods_invocations import op_db
 
 from shimkit.audit.coverage import one_op_model
-from shimkit.audit.loader import LoadedModel
-from shimkit.audit.options import AuditOptions
-from shimkit.audit.runner import audit_loaded
 from shimkit.backend import backend_config
 from shimkit.passes import DecomposeInPlace
 from shimkit.plugins.cummax import cummax_decomposition, cummin_decomposition
@@ -22,32 +19,17 @@ from shimkit.plugins.kthvalue import kthvalue_decomposition
 from shimkit.plugins.logcumsumexp import logcumsumexp_decomposition
 from shimkit.plugins.searchsorted import searchsorted_decomposition
 from shimkit.registry import DecompositionDeclined
-from passes_helpers import Decomposing
+from passes_helpers import Decomposing, assert_stops_stock_and_lowers_clean_for_metal
 
 OPS = {op.name: op for op in op_db if not op.variant_test_name}
 SWEEP_STOPS = ["kthvalue", "cummax", "cummin", "logcumsumexp", "histc", "searchsorted", "bucketize"]
 NAN, INF = float("nan"), float("inf")
 
 
-def _audit(module, inputs, plugins):
-    exported = torch.export.export(module, inputs, strict=False)
-    return audit_loaded(LoadedModel("model", exported=exported), config=backend_config("mps") if plugins else None,
-                        options=AuditOptions(numerics=plugins))
-
-
-def _assert_stops_stock_and_lowers_clean(module, inputs, op_text):
-    stock = _audit(module, inputs, plugins=False)
-    assert stock.failure is not None and stock.failure.phase == "to_edge", stock.failure
-    assert op_text in stock.failure.message and "Core ATen" in stock.failure.message
-    fixed = _audit(module, inputs, plugins=True)
-    assert fixed.failure is None and not fixed.missing, (fixed.failure, fixed.missing)
-    assert fixed.numerics is not None and fixed.numerics.ok and fixed.numerics.checks
-
-
 @pytest.mark.parametrize("name", SWEEP_STOPS)
 def test_the_opinfo_sample_stops_stock_and_lowers_clean_with_eagers_numbers(name):
     sample = next(iter(OPS[name].sample_inputs("cpu", torch.float32, requires_grad=False)))
-    _assert_stops_stock_and_lowers_clean(*one_op_model(OPS[name], sample), name)
+    assert_stops_stock_and_lowers_clean_for_metal(*one_op_model(OPS[name], sample), name)
 
 
 
@@ -185,7 +167,7 @@ def test_a_window_built_in_forward_stops_stock_and_lowers_clean_on_metal():
             return (frames * torch.hamming_window(n) + torch.blackman_window(n, periodic=False)
                     + torch.bartlett_window(n) + torch.kaiser_window(n)) * torch.hann_window(n)
 
-    _assert_stops_stock_and_lowers_clean(Spectrum(), (torch.randn(3, 16),), "window")
+    assert_stops_stock_and_lowers_clean_for_metal(Spectrum(), (torch.randn(3, 16),), "window")
 
 
 def test_every_backend_decomposes_them_before_to_edge():

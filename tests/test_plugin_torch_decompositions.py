@@ -10,13 +10,10 @@ from torch._decomp import core_aten_decompositions
 from torch.testing._internal.common_methods_invocations import op_db
 
 from shimkit.audit.coverage import one_op_model
-from shimkit.audit.loader import LoadedModel
-from shimkit.audit.options import AuditOptions
-from shimkit.audit.runner import audit_loaded
 from shimkit.backend import backend_config
 from shimkit.plugins.torch_decompositions import KEPT, torch_decomposition
 from shimkit.registry import resolve_op
-from passes_helpers import Decomposing
+from passes_helpers import Decomposing, assert_stops_stock_and_lowers_clean_for_metal
 
 OPS = {(op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")): op for op in op_db}
 # OpInfo name -> the kept ops its samples reach.
@@ -99,19 +96,7 @@ def test_the_plugin_registers_every_kept_op_before_to_edge():
         assert all(resolve_op(op) in table for op in KEPT), device
 
 
-def _audit(module, inputs, plugins):
-    exported = torch.export.export(module, inputs, strict=False)
-    return audit_loaded(LoadedModel("model", exported=exported), config=backend_config("mps") if plugins else None,
-                        options=AuditOptions(numerics=plugins))
-
-
 @pytest.mark.parametrize("name, op_text", [("copysign", "copysign"), ("ldexp", "ldexp"), ("dist", "dist")])
 def test_the_opinfo_sample_stops_stock_and_lowers_clean_with_eagers_numbers(name, op_text):
     sample = next(iter(OPS[name].sample_inputs("cpu", torch.float32, requires_grad=False)))
-    module, inputs = one_op_model(OPS[name], sample)
-    stock = _audit(module, inputs, plugins=False)
-    assert stock.failure is not None and stock.failure.phase == "to_edge", stock.failure
-    assert op_text in stock.failure.message and "Core ATen" in stock.failure.message
-    fixed = _audit(module, inputs, plugins=True)
-    assert fixed.failure is None and not fixed.missing, (fixed.failure, fixed.missing)
-    assert fixed.numerics is not None and fixed.numerics.ok and fixed.numerics.checks
+    assert_stops_stock_and_lowers_clean_for_metal(*one_op_model(OPS[name], sample), op_text)

@@ -13,9 +13,6 @@ import pytest
 import torch
 from torch.testing._internal.common_methods_invocations import op_db
 
-from shimkit.audit.loader import LoadedModel
-from shimkit.audit.options import AuditOptions
-from shimkit.audit.runner import audit_loaded
 from shimkit.backend import backend_config, new_registry
 from shimkit.passes import DecomposeInPlace
 from shimkit.plugins.bessel_i0 import i0_decomposition
@@ -24,7 +21,7 @@ from shimkit.plugins.unique import (MAX_ROW_LENGTH, unique_consecutive_decomposi
                                     unique_dim_decomposition)
 from shimkit.registry import DecompositionDeclined
 from shimkit.testing import assert_plugin_matches_reference
-from passes_helpers import Decomposing
+from passes_helpers import Decomposing, assert_stops_stock_and_lowers_clean_for_metal
 
 OPS = {op.name: op for op in op_db if not op.variant_test_name}
 NAN, INF = float("nan"), float("inf")
@@ -269,12 +266,6 @@ class StableSort(torch.nn.Module):
         return values + 1, indices
 
 
-def _audit(module, inputs, plugins, dynamic_shapes=None):
-    exported = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes, strict=False)
-    return audit_loaded(LoadedModel("model", exported=exported), config=backend_config("mps") if plugins else None,
-                        options=AuditOptions(numerics=plugins))
-
-
 DEDUPLICATE_INPUTS = (torch.tensor([3.0, 3.0, 1.0, NAN, 2.0, 2.0, 2.0, -0.0, 0.0]),
                       torch.tensor([[1, 2, 2], [0, 5, 5], [1, 2, 2], [1, 1, 1]]))
 
@@ -285,12 +276,7 @@ DEDUPLICATE_INPUTS = (torch.tensor([3.0, 3.0, 1.0, NAN, 2.0, 2.0, 2.0, -0.0, 0.0
     (StableSort(), (torch.randn(4, 9),), None, "aten::sort.stable")])
 def test_stock_stops_at_to_edge_and_shimkit_lowers_clean_for_metal_with_eagers_numbers(module, inputs,
                                                                                          dynamic_shapes, op):
-    stock = _audit(module, inputs, plugins=False, dynamic_shapes=dynamic_shapes)
-    assert stock.failure is not None and stock.failure.phase == "to_edge", stock.failure
-    assert op in stock.failure.message and "Core ATen" in stock.failure.message
-    fixed = _audit(module, inputs, plugins=True, dynamic_shapes=dynamic_shapes)
-    assert fixed.failure is None and not fixed.missing, (fixed.failure, fixed.missing)
-    assert fixed.numerics is not None and fixed.numerics.ok and fixed.numerics.checks
+    fixed = assert_stops_stock_and_lowers_clean_for_metal(module, inputs, op, dynamic_shapes)
     if dynamic_shapes is not None:  # checked at other lengths too
         assert len({tuple(sorted(check.sizes.items())) for check in fixed.numerics.checks}) > 1
 
