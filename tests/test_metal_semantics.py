@@ -401,3 +401,24 @@ def test_launch_workers_serve_launch_after_launch_and_a_forked_child_starts_its_
     if child.exitcode is None:
         child.kill()
     assert child.exitcode == 0
+
+
+def test_launches_from_several_host_threads_at_once_each_compute_their_own_grid():
+    """One launch holds the pool (its workers spin between launches, then sleep); a launch that finds it held
+    runs on threads of its own. Launches back to back from four host threads must each see only their own
+    job, whichever way they ran."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    size = 1 << 17
+
+    def launch_again_and_again(offset: int) -> bool:
+        x = torch.arange(size, dtype=torch.float32) + offset
+        for _ in range(25):
+            y = torch.full((size,), float("nan"))
+            AXPB.axpb(y, x, threads=size)
+            if not torch.equal(y, 2 * x + 1):
+                return False
+        return True
+
+    with ThreadPoolExecutor(4) as host_threads:
+        assert all(host_threads.map(launch_again_and_again, range(4)))

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
@@ -384,8 +385,11 @@ inline unsigned long measure_threadgroup(Call call) {
 
 // Threads that outlive a launch. Starting std::threads on every launch cost tens of microseconds each on a quiet
 // machine and far more under load (the elementwise bench during a CI run: 7.0x eager, where POCL's pool stayed
-// at 0.78x). Workers wait on a condition variable between launches; one launch uses the pool at a time, and a
-// launch that finds it busy (another host thread, or a kernel launched from inside one) starts its own threads.
+// at 0.78x). Waking a thread asleep on a condition variable still costs about 60 microseconds here, more than
+// a 1M-element elementwise kernel takes on one core, so a worker first spins for a while after each launch
+// (as OpenMP runtimes do) and sleeps only when no launch came: back-to-back launches, a program's kernels,
+// start at once. One launch uses the pool at a time, and a launch that finds it busy (another host thread, or
+// a kernel launched from inside one) starts its own threads.
 class WorkerPool {
  public:
   // Runs share(w) for every w in [0, workers): share(0) on the calling thread, the others on the pool's
@@ -402,30 +406,54 @@ class WorkerPool {
       }
       job_ = &share;
       job_workers_ = workers;
-      pending_ = workers - 1;
-      ++generation_;
+      pending_.store(workers - 1, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
     }
-    wake_.notify_all();
+    wake_.notify_all();  // no system call when every worker is still spinning
     share(0);
-    std::unique_lock<std::mutex> lock(state_);
-    finished_.wait(lock, [this] { return pending_ == 0; });
+    if (!spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+      std::unique_lock<std::mutex> lock(state_);
+      finished_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+    }
     job_ = nullptr;
     return true;
   }
 
  private:
+  // How long a thread spins before it sleeps: a few times the cost of a wake-up, short enough that idle
+  // workers give the core back well within a test's or a program's pause between kernels.
+  static constexpr auto kSpin = std::chrono::microseconds(200);
+
+  template <class Ready>
+  static bool spin_until(Ready ready) {
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    for (unsigned n = 1;; ++n) {
+      if (ready()) return true;
+      if (n % 64 == 0 && std::chrono::steady_clock::now() > until) return false;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+
   void serve(int id) {
     unsigned long seen = 0;
-    std::unique_lock<std::mutex> lock(state_);
     for (;;) {
-      wake_.wait(lock, [&] { return generation_ != seen; });
-      seen = generation_;
+      const auto arrived = [&] { return generation_.load(std::memory_order_acquire) != seen; };
+      const bool spun = spin_until(arrived);
+      // Under the lock, the launch and its size are read together: a worker left out of one launch must not
+      // take the next launch's size with the generation it skipped.
+      std::unique_lock<std::mutex> lock(state_);
+      if (!spun) wake_.wait(lock, arrived);
+      seen = generation_.load(std::memory_order_relaxed);
       if (id >= job_workers_) continue;  // a smaller launch than the pool
       const std::function<void(int)>* job = job_;
       lock.unlock();
       (*job)(id);
-      lock.lock();
-      if (--pending_ == 0) finished_.notify_one();
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lock(state_);  // the launcher checks pending_ under it before sleeping
+        finished_.notify_one();
+      }
     }
   }
 
@@ -433,8 +461,9 @@ class WorkerPool {
   std::mutex state_;
   std::condition_variable wake_, finished_;
   const std::function<void(int)>* job_ = nullptr;
-  int job_workers_ = 0, pending_ = 0, started_ = 0;
-  unsigned long generation_ = 0;
+  int job_workers_ = 0, started_ = 0;
+  std::atomic<int> pending_{0};
+  std::atomic<unsigned long> generation_{0};
 };
 
 // The process's pool, made on first use and never destroyed: a destructor at exit would wait on threads that
