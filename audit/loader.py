@@ -46,8 +46,13 @@ def _at(error: BaseException) -> str:
 
 
 def _from_factory(name: str, factory: Any, where: str) -> LoadedModel:
+    # Built from a config, a model's weights are random: seeded, two audits of it judge the same weights and
+    # generate the same program (Inductor folds small constants into the code, so a program of other weights
+    # is another build), and the caller's random state is left as it was.
     try:
-        produced = factory()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            produced = factory()
     except SystemExit as stop:  # sys.exit() in user code must end this model, not the whole audit
         raise ModelLoadError(f"{where}: the factory called sys.exit({stop.code!r})") from None
     except Exception as error:

@@ -45,6 +45,18 @@ def test_file_factory_loads_model_and_inputs(tmp_path):
     assert len(loaded.example_inputs) == 1
 
 
+
+def test_a_factory_of_random_weights_builds_the_same_model_each_load_and_leaves_the_callers_rng(tmp_path):
+    # Seeded, two audits judge the same weights and generate the same program, so builds are reused.
+    path = _write(tmp_path, "def make():\n    return torch.nn.Linear(4, 3), torch.randn(2, 4)\n")
+    torch.manual_seed(1234)
+    state = torch.random.get_rng_state()
+    first, second = load_model(f"{path}:make"), load_model(f"{path}:make")
+    assert torch.equal(state, torch.random.get_rng_state())
+    assert torch.equal(first.model.weight, second.model.weight)
+    assert torch.equal(first.example_inputs[0], second.example_inputs[0])
+    assert not torch.equal(first.model.weight, torch.nn.Linear(4, 3).weight)  # the caller's stream stays its own
+
 @pytest.mark.parametrize("body, spec_suffix, expected", [
     ("", ":make", "no such file"),
     ("def other():\n    pass\n", ":make", "defines no callable 'make'; callables defined there: other"),
