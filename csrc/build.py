@@ -154,16 +154,7 @@ def compile_shared_library(stem: str, sources: Sequence[str | os.PathLike], *,
     source is compiled on its own, all at once, into an object stored the same way (:func:`_object`), then
     linked.
     """
-    command = compiler_command() + ["-shared", "-fPIC", "-std=c++17", "-fvisibility=hidden"]
-    includes = [str(INCLUDE_DIR)]
-    if python_module:
-        import pybind11
-
-        includes += [pybind11.get_include(), sysconfig.get_paths()["include"]]
-    includes += include_dirs
-    command += [f"-I{d}" for d in includes]
-    command += [f"-D{k}={v}" for k, v in (("SHIMKIT_WITH_METAL", "0"), *define_macros)]
-    command += list(extra_flags)
+    command = _library_command(include_dirs, define_macros, extra_flags, python_module)
     sources = _keep_for_platform(sources)
     link = [f"-L{d}" for d in library_dirs] + [f"-Wl,-rpath,{d}" for d in library_dirs]
     link += [f"-l{lib}" for lib in libraries]
@@ -173,9 +164,7 @@ def compile_shared_library(stem: str, sources: Sequence[str | os.PathLike], *,
     store = default_store()
     key = store.key("library", [stem, suffix, *command, "\0", *sources, "\0", *link, "\0",
                                 *(part for path in read for part in (path, Path(path).read_bytes()))])
-    # Linker options stay out of the objects and their keys: libraries that differ only there (each
-    # runtime's soname) share objects.
-    compile_command = [arg for arg in command if arg != "-shared" and not arg.startswith("-Wl,")]
+    compile_command = _object_command(command)
 
     def produce(staging: Path) -> None:
         with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
@@ -185,6 +174,37 @@ def compile_shared_library(stem: str, sources: Sequence[str | os.PathLike], *,
             raise RuntimeError(f"linking {stem} failed:\n{shlex.join(result.args)}\n{result.stderr}")
 
     return store.build("library", key, produce, inputs={"stem": stem, "sources": " ".join(sources)}) / f"{stem}{suffix}"
+
+
+def compile_objects(sources: Sequence[str | os.PathLike], *, include_dirs: Sequence[str] = (),
+                    define_macros: Sequence[tuple[str, str]] = (), extra_flags: Sequence[str] = (),
+                    python_module: bool = False) -> list[Path]:
+    """The objects :func:`compile_shared_library` with the same arguments would link, compiled now (or found
+    in the store): a caller that must wait for one of the libraries to link against (a program's wrapper, for
+    its runtime) compiles its own sources meanwhile, and the later call links them at once."""
+    compile_command = _object_command(_library_command(include_dirs, define_macros, extra_flags, python_module))
+    store = default_store()
+    return [_object(store, compile_command, str(source)) for source in _keep_for_platform(sources)]
+
+
+def _library_command(include_dirs: Sequence[str], define_macros: Sequence[tuple[str, str]],
+                     extra_flags: Sequence[str], python_module: bool) -> list[str]:
+    command = compiler_command() + ["-shared", "-fPIC", "-std=c++17", "-fvisibility=hidden"]
+    includes = [str(INCLUDE_DIR)]
+    if python_module:
+        import pybind11
+
+        includes += [pybind11.get_include(), sysconfig.get_paths()["include"]]
+    includes += include_dirs
+    command += [f"-I{d}" for d in includes]
+    command += [f"-D{k}={v}" for k, v in (("SHIMKIT_WITH_METAL", "0"), *define_macros)]
+    return command + list(extra_flags)
+
+
+def _object_command(library_command: list[str]) -> list[str]:
+    # Linker options stay out of the objects and their keys: libraries that differ only there (each
+    # runtime's soname) share objects.
+    return [arg for arg in library_command if arg != "-shared" and not arg.startswith("-Wl,")]
 
 
 def _object(store: Store, compile_command: list[str], source: str) -> Path:

@@ -34,7 +34,8 @@ import torch
 
 import shimkit._progress as progress
 import shimkit.metal as metal_package
-from shimkit.csrc.build import PORTABLE_ROOTS, SANITIZER_FLAGS, SOURCE_DIR, compile_shared_library, sanitize_requested, sdk_sources
+from shimkit.csrc.build import (PORTABLE_ROOTS, SANITIZER_FLAGS, SOURCE_DIR, compile_objects, compile_shared_library,
+                                sanitize_requested, sdk_sources)
 from shimkit.registry.derive import BackendConfig
 from shimkit.runtime.generated import msl_adapter_source
 from shimkit.store import KEY_CHARS, EnvironmentFailure, default_store, digest_of, tree_digest
@@ -181,17 +182,30 @@ def runtime_fingerprint() -> str:
                       tree_digest(metal, ("*.py",)), tree_digest(metal / "include")])
 
 
-def compile_wrapper(source: str, runtime: Path) -> Path:
-    """The wrapper ``source`` compiled into a shared library linked against ``runtime``, cached by digest.
-    Every symbol must resolve at link time: a missing kernel is :class:`Unlinkable`, naming it."""
+def _wrapper_file(source: str) -> Path:
+    """``source`` with the constants' section, saved in the artifact store (named by its digest)."""
     store = default_store()
     text = source + _EMBEDDED_CONSTANTS
 
     def produce(staging: Path) -> None:
         (staging / "wrapper.cpp").write_text(text)
 
-    path = store.build("metal-program-source", store.key("metal-program-source", [text, str(runtime)]),
-                       produce) / "wrapper.cpp"
+    return store.build("metal-program-source", store.key("metal-program-source", [text]), produce) / "wrapper.cpp"
+
+
+def compile_wrapper_object(source: str) -> None:
+    """The wrapper ``source``'s object, compiled into the store ahead of :func:`compile_wrapper`, which needs the
+    runtime only to link. A wrapper that does not compile fails again there, with its message."""
+    try:
+        compile_objects([str(_wrapper_file(source))], include_dirs=[str(TORCH_INCLUDE)], extra_flags=WRAPPER_FLAGS)
+    except RuntimeError:
+        pass
+
+
+def compile_wrapper(source: str, runtime: Path) -> Path:
+    """The wrapper ``source`` compiled into a shared library linked against ``runtime``, cached by digest.
+    Every symbol must resolve at link time: a missing kernel is :class:`Unlinkable`, naming it."""
+    path = _wrapper_file(source)
     try:
         return compile_shared_library(
             "metal-program", [str(path)], include_dirs=[str(TORCH_INCLUDE)],
@@ -232,10 +246,11 @@ def _compiler_errors(output: str, wrapper: Path, limit: int = 6) -> str:
 _MSL_LITERAL = re.compile(r'R"MTL\((.*?)\)MTL"', re.S)
 
 
-def _build_side_by_side(wrapper_source: str, runtime: Path) -> Path:
-    """Compiles the wrapper and its MSL libraries on every core at once (the run would compile each library
-    when it first creates it, one after another); a library that fails here fails again, with its
-    message, when the program creates it."""
+def _build_side_by_side(wrapper_source: str, config: BackendConfig | None) -> tuple[Path, Path]:
+    """The runtime and the program: the runtime's units, the wrapper's object and its MSL libraries compile at
+    once, sharing the process's compiler slots (the run would compile each library when it first creates
+    it, and the wrapper needs the runtime only to link); then the wrapper is linked against the runtime. A
+    library that fails here fails again, with its message, when the program creates it."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     from shimkit.metal.library import ShaderLibrary
@@ -247,13 +262,18 @@ def _build_side_by_side(wrapper_source: str, runtime: Path) -> Path:
             pass
 
     sources = _MSL_LITERAL.findall(wrapper_source)
-    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-        wrapper = pool.submit(compile_wrapper, wrapper_source, runtime)
+    # A thread per build: each waits for a compiler slot (csrc.build's job limit), so none starves another.
+    with ThreadPoolExecutor(max_workers=len(sources) + 2) as pool:
+        runtime = pool.submit(runtime_library, config)
+        pool.submit(compile_wrapper_object, wrapper_source)
         progress.stage("building kernels", done=0, total=len(sources))
         for done, _ in enumerate(as_completed([pool.submit(library, source) for source in sources]), 1):
             progress.stage("building kernels", done=done, total=len(sources))
-        progress.stage("building the program")
-        return wrapper.result()
+        if not runtime.done():
+            progress.stage("building the runtime")
+        runtime_path = runtime.result()
+    progress.stage("building the program")
+    return runtime_path, compile_wrapper(wrapper_source, runtime_path)
 
 
 _ResolverType = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
@@ -368,10 +388,8 @@ class MetalProgram:
 
     def __init__(self, wrapper_source: str, constants: Mapping[str, torch.Tensor], *,
                  config: BackendConfig | None = None) -> None:
-        progress.stage("building the runtime")
-        self.runtime_path = runtime_library(config)
+        self.runtime_path, self.path = _build_side_by_side(wrapper_source, config)
         self.runtime = load_runtime(self.runtime_path)
-        self.path = _build_side_by_side(wrapper_source, self.runtime_path)
         self.library = ctypes.CDLL(str(self.path))
         take_failure(self.runtime)
         self._container = ctypes.c_void_p()
