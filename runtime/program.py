@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import re
 import threading
 from pathlib import Path
