@@ -13,6 +13,9 @@ from shimkit.metal.loops.state import MAX_THREADS, GroupState, Unsplittable
 from shimkit.metal.loops.uniformity import Uniformity
 
 ASSIGNMENTS = {"=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--"}
+# libclang's kinds of the scalar types a thread position can be declared as (uint, ushort, int, ...).
+INTEGER_KINDS = {"UINT", "USHORT", "ULONG", "ULONGLONG", "INT", "SHORT", "LONG", "LONGLONG", "UCHAR", "SCHAR",
+                 "CHAR_U", "CHAR_S"}
 THREAD_INDEX = {"index_in_group": "shimkit_t", "lane": "shimkit_t % ::shimkit_metal::kSimdWidth",
                 "simd_index": "shimkit_t / ::shimkit_metal::kSimdWidth",
                 "simds_per_group": "shimkit_g.base().simds_per_group"}
@@ -46,7 +49,7 @@ def start_group(source: Source, kernel, parameters: list, reach: Reach) -> Group
                 or (parameter.kind == "position" and parameter.binding not in ("grid", "in_group")):
             state.group_values.add(name)
         if parameter.kind == "position":
-            where = (f"shimkit_g.{parameter.binding}(shimkit_t).v" if parameter.binding in ("grid", "in_group")
+            where = (f"shimkit_g.{parameter.binding}<shimkit_axis>(shimkit_t).v" if parameter.binding in ("grid", "in_group")
                      else f"shimkit_g.base().{parameter.binding}")
             value = f"::shimkit_metal::from_position<{spelled}>({where})"
         elif parameter.kind == "index":
@@ -54,6 +57,10 @@ def start_group(source: Source, kernel, parameters: list, reach: Reach) -> Group
         else:
             value = f"::shimkit_metal::from_index<{spelled}>({parameter.binding})"
         state.thread_values.append((name, f"auto {name} = {value};"))
+    positions = [argument for argument, parameter in zip(arguments, parameters)
+                 if parameter.kind == "position" and parameter.binding in ("grid", "in_group")]
+    state.scalar_positions = bool(positions) and all(
+        cursors.kind(argument.type.get_canonical()) in INTEGER_KINDS for argument in positions)
     state.scopes = [outer]
     state.uniformity = Uniformity(
         state.body_cursor, lambda statement: bool(state.split_points(statement)),

@@ -33,6 +33,8 @@ class GroupState:
     thread_values: list[tuple[str, str]] = field(default_factory=list)
     # the parameters with one value for the group (uniformity's seeds)
     group_values: set[str] = field(default_factory=set)
+    # whether the kernel's thread positions (grid, in group) are scalars, each the x coordinate alone
+    scalar_positions: bool = False
     declared: list[str] = field(default_factory=list)  # declarations to place before the statement being written
     # Per-thread arrays, masks and uniform values are declared once at the top of the group function:
     # nothing then stands between two regions that could run as one (see regions.join_pending); those of

@@ -30,10 +30,16 @@ def write_group_function(state: GroupState) -> str:
     head = " ".join(source_text(state, start, name_at).split()) + " "
     parameters = ", ".join([*state.buffers, "const ::shimkit_metal::ThreadInfo& shimkit_base",
                             "::shimkit_metal::uint shimkit_count"])
-    return (f"{head}SHIMKIT_GROUP_FUNCTION {state.kernel.spelling}{SPLIT_SUFFIX}({parameters}) {{ "
-            f"::shimkit_metal::LoopGroup shimkit_g(shimkit_base, shimkit_count); "
-            f"const bool shimkit_measuring = ::shimkit_metal::measuring; (void)shimkit_measuring; "
-            f"{' '.join(state.storage)} {' '.join(state.top)} {body} }}")
+    prologue = (f"::shimkit_metal::LoopGroup shimkit_g(shimkit_base, shimkit_count); "
+                f"const bool shimkit_measuring = ::shimkit_metal::measuring; (void)shimkit_measuring; "
+                f"{' '.join(state.storage)} {' '.join(state.top)} {body}")
+    if state.scalar_positions:
+        # Instantiated for groups along x and for any shape (on_axis in loops.h).
+        prologue = (f"::shimkit_metal::on_axis<true>(shimkit_base, [&](auto shimkit_axis_of) __attribute__((always_inline)) {{ "
+                    f"constexpr int shimkit_axis = decltype(shimkit_axis_of)::value; {prologue} }});")
+    else:
+        prologue = f"constexpr int shimkit_axis = -1; {prologue}"
+    return f"{head}SHIMKIT_GROUP_FUNCTION {state.kernel.spelling}{SPLIT_SUFFIX}({parameters}) {{ {prologue} }}"
 
 
 def write_block(state: GroupState, statements: list, mask: str, carried: Carried | None = None) -> Text:
