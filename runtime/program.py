@@ -33,8 +33,8 @@ import torch
 
 import shimkit._progress as progress
 import shimkit.metal as metal_package
-from shimkit.csrc.build import (PORTABLE_ROOTS, SANITIZER_FLAGS, SOURCE_DIR, compile_objects, compile_shared_library,
-                                sanitize_requested, sdk_sources)
+from shimkit.csrc.build import (MSL_ADAPTER, PORTABLE_ROOTS, SANITIZER_FLAGS, SOURCE_DIR, compile_objects,
+                                compile_shared_library, sanitize_requested, sdk_sources)
 from shimkit.registry.derive import BackendConfig
 from shimkit.runtime.generated import msl_adapter_source
 from shimkit.store import KEY_CHARS, EnvironmentFailure, default_store, digest_of, tree_digest
@@ -81,9 +81,36 @@ def _executorch_root() -> Path:
     return Path(executorch.__path__[0])
 
 
-def _runtime_sources(adapters: Iterable[str]) -> list[str]:
-    own = sorted(str(p) for p in RUNTIME_DIR.glob("*.cpp")) + sorted(str(p) for p in (RUNTIME_DIR / "fallbacks").glob("*.cpp"))
-    return own + sdk_sources() + list(adapters)
+# A fallback kernel of the runtime's own: a function it exports for the wrapper to call.
+_EXPORTED_SHIM = re.compile(r"AOTI_TORCH_EXPORT\s+AOTITorchError\s+(aoti_torch_\w+)\s*\(")
+_ABI_NAME = re.compile(r"\baoti_torch_\w+")
+# A c-shim declared (the wrapper declares each custom op's shim, called or not), not called.
+_DECLARATION = re.compile(r"\bAOTITorchError\s+aoti_torch_\w+\s*\([^;{}]*\)\s*;")
+
+
+@functools.lru_cache(maxsize=1)
+def _own_fallbacks() -> dict[str, frozenset[str]]:
+    """The runtime's fallback units that export c-shims, each with the shims it exports: a program's runtime
+    compiles those its wrapper calls (the others, such as the fallbacks' common code, always)."""
+    units = {}
+    for path in sorted((RUNTIME_DIR / "fallbacks").glob("*.cpp")):
+        shims = frozenset(_EXPORTED_SHIM.findall(path.read_text()))
+        if shims:
+            units[str(path)] = shims
+    return units
+
+
+def _core_sources() -> list[str]:
+    """What every runtime compiles: the AOTI ABI over shimkit.metal and ExecuTorch tensors, the fallbacks'
+    common code, the SDK."""
+    own = [*RUNTIME_DIR.glob("*.cpp"), *(RUNTIME_DIR / "fallbacks").glob("*.cpp")]
+    return sorted(str(p) for p in own if str(p) not in _own_fallbacks()) + sdk_sources()
+
+
+def _runtime_sources(adapters: Iterable[str], fallbacks: Iterable[str] | None = None) -> list[str]:
+    """The core, the runtime's own fallback units (``fallbacks``; None: all of them) and ``adapters``."""
+    chosen = sorted(_own_fallbacks()) if fallbacks is None else sorted(fallbacks)
+    return _core_sources() + chosen + list(adapters)
 
 
 def adapter_sources(config: BackendConfig) -> tuple[list[str], str]:
@@ -103,14 +130,34 @@ def runtime_library(config: BackendConfig | None) -> Path:
     return _runtime_library(tuple(adapters), generated)
 
 
+def program_runtime(config: BackendConfig | None, wrapper_source: str) -> Path:
+    """The runtime :func:`runtime_library` would build, less what the wrapper ``wrapper_source`` cannot reach:
+    the runtime's own fallback units whose c-shims it does not call, and the kernels of the plugins whose
+    c-shims it does not call (with the generated MSL adapter unless one of those it calls is an MSL kernel).
+    A tiny CNN's runtime is then 18 of 30 units. A program that does not link against it (a kernel
+    calling another plugin's code) links against the whole runtime: see :func:`_build_side_by_side`."""
+    called = set(_ABI_NAME.findall(_DECLARATION.sub("", wrapper_source)))
+    fallbacks = tuple(path for path, shims in _own_fallbacks().items() if shims & called)
+    if config is None:
+        return _runtime_library((), "", fallbacks)
+    every, generated = adapter_sources(config)
+    kernels = {id(p.shim.kernel): p.shim.kernel for p in config.kernel_providers.values()
+               if p.shim is not None and p.shim.kernel is not None and p.shim.symbol in called}
+    reached = {path for kernel in kernels.values() for path in (*kernel.runtime_paths, *kernel.standin_paths)}
+    msl = any(kernel.msl is not None for kernel in kernels.values())
+    if msl:
+        reached.add(MSL_ADAPTER)
+    return _runtime_library(tuple(path for path in every if path in reached), generated if msl else "", fallbacks)
+
+
 def build_runtime_in_background(config: BackendConfig | None) -> None:
-    """Start building ``config``'s runtime on a thread of its own, so that it compiles while the model
-    lowers (a runtime with every plugin's adapters is about 13 s of compiles on two cores when nothing is
-    cached); :func:`runtime_library` then finds it built, or waits for it in the artifact store. A failure
-    here is left for that call to meet and report."""
+    """Start compiling what every program's runtime compiles (:func:`_core_sources`) on a thread of its own,
+    so that it compiles while the model lowers (about 11 s of compiles on two cores when nothing is cached);
+    :func:`program_runtime` then finds those objects built, or waits for them in the artifact store. A
+    failure here is left for that call to meet and report."""
     def build() -> None:
         try:
-            runtime_library(config)
+            compile_objects(_core_sources(), **_runtime_arguments()[0])
         except Exception:  # raised again, and reported, where the program asks for its runtime
             pass
 
@@ -148,26 +195,33 @@ def _adapter_unit(path: str) -> str:
     return _unit(f"// Generated by shimkit.runtime.program: one runtime adapter, compiled as C++.\n{directive}\n")
 
 
-@functools.lru_cache(maxsize=8)
-def _runtime_library(adapters: tuple[str, ...], generated: str) -> Path:
+def _runtime_arguments() -> tuple[dict, list[str]]:
+    """How the runtime's units compile (:func:`compile_shared_library`'s and :func:`compile_objects`'s
+    arguments) and the flags its link adds."""
+    root = _executorch_root()
+    flags = ["-O2", "-fvisibility=default", "-pthread", f"-iquote{PORTABLE_ROOTS['<checkout>']}"]
+    if sanitize_requested():
+        flags += list(SANITIZER_FLAGS)
+    compiling = {"include_dirs": [str(RUNTIME_DIR / "include"), str(RUNTIME_DIR), str(root / "include"), str(TORCH_INCLUDE)],
+                 "define_macros": [("C10_USING_CUSTOM_GENERATED_MACROS", "1")], "extra_flags": flags}
+    return compiling, ["-Wl,-Bsymbolic", "-Wl,--no-undefined"]
+
+
+@functools.lru_cache(maxsize=16)
+def _runtime_library(adapters: tuple[str, ...], generated: str, fallbacks: tuple[str, ...] | None = None) -> Path:
     root = _executorch_root()
     units = [_adapter_unit(path) for path in adapters] + ([_unit(generated)] if generated else [])
-    sources = _runtime_sources(units)
-    sanitize = sanitize_requested()
+    sources = _runtime_sources(units, fallbacks)
+    compiling, linking = _runtime_arguments()
     # A program names its runtime in DT_NEEDED, and the loader binds that name to the first library of the
     # name a process has loaded: each runtime needs a name of its own, from what is in it.
-    identity = digest_of([runtime_fingerprint(), generated, str(sanitize),
+    identity = digest_of([runtime_fingerprint(), generated, str(sanitize_requested()), repr(fallbacks),
                           *(part for adapter in adapters for part in (adapter, Path(adapter).read_bytes()))])
     name = f"shimkit-metal-runtime-{identity[:KEY_CHARS]}"
-    flags = ["-O2", "-fvisibility=default", "-Wl,-Bsymbolic", "-Wl,--no-undefined", "-pthread",
-             f"-Wl,-soname,{name}.so", f"-iquote{PORTABLE_ROOTS['<checkout>']}"]
-    if sanitize:
-        flags += list(SANITIZER_FLAGS)
     return compile_shared_library(
-        name, sources,
-        include_dirs=[str(RUNTIME_DIR / "include"), str(RUNTIME_DIR), str(root / "include"), str(TORCH_INCLUDE)],
-        define_macros=[("C10_USING_CUSTOM_GENERATED_MACROS", "1")],
-        library_dirs=[str(root / "lib")], libraries=["executorch", "dl"], extra_flags=flags,
+        name, sources, include_dirs=compiling["include_dirs"], define_macros=compiling["define_macros"],
+        library_dirs=[str(root / "lib")], libraries=["executorch", "dl"],
+        extra_flags=[*compiling["extra_flags"], *linking, f"-Wl,-soname,{name}.so"],
         depends=sorted({*(RUNTIME_DIR / "include").rglob("*.h"), *map(Path, adapters),
                         *(header for adapter in adapters for header in Path(adapter).parent.glob("*.h"))}))
 
@@ -246,10 +300,11 @@ _MSL_LITERAL = re.compile(r'R"MTL\((.*?)\)MTL"', re.S)
 
 
 def _build_side_by_side(wrapper_source: str, config: BackendConfig | None) -> tuple[Path, Path]:
-    """The runtime and the program: the runtime's units, the wrapper's object and its MSL libraries compile at
-    once, sharing the process's compiler slots (the run would compile each library when it first creates
-    it, and the wrapper needs the runtime only to link); then the wrapper is linked against the runtime. A
-    library that fails here fails again, with its message, when the program creates it."""
+    """The runtime and the program: the units of the program's runtime (:func:`program_runtime`), the
+    wrapper's object and its MSL libraries compile at once, sharing the process's compiler slots (the run
+    would compile each library when it first creates it, and the wrapper needs the runtime only to link);
+    then the wrapper is linked against the runtime, or against the whole runtime where it does not link
+    against its own. A library that fails here fails again, with its message, when the program creates it."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     from shimkit.metal.library import ShaderLibrary
@@ -263,16 +318,27 @@ def _build_side_by_side(wrapper_source: str, config: BackendConfig | None) -> tu
     sources = _MSL_LITERAL.findall(wrapper_source)
     # A thread per build: each waits for a compiler slot (csrc.build's job limit), so none starves another.
     with ThreadPoolExecutor(max_workers=len(sources) + 2) as pool:
-        runtime = pool.submit(runtime_library, config)
+        runtime = pool.submit(program_runtime, config, wrapper_source)
         pool.submit(compile_wrapper_object, wrapper_source)
         progress.stage("building kernels", done=0, total=len(sources))
         for done, _ in enumerate(as_completed([pool.submit(library, source) for source in sources]), 1):
             progress.stage("building kernels", done=done, total=len(sources))
         if not runtime.done():
             progress.stage("building the runtime")
-        runtime_path = runtime.result()
+        try:
+            runtime_path = runtime.result()
+        except EnvironmentFailure:
+            raise
+        except RuntimeError:  # a unit it left out is one a unit it kept calls: the whole runtime links
+            runtime_path = None
     progress.stage("building the program")
-    return runtime_path, compile_wrapper(wrapper_source, runtime_path)
+    if runtime_path is not None:
+        try:
+            return runtime_path, compile_wrapper(wrapper_source, runtime_path)
+        except Unlinkable:  # a symbol the selection missed, or one nothing provides: the whole runtime says
+            pass
+    whole = runtime_library(config)
+    return whole, compile_wrapper(wrapper_source, whole)
 
 
 _ResolverType = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)

@@ -130,3 +130,37 @@ def test_tensor_handles_are_on_mps_as_the_sdk_header_numbers_it(stock_runtime):
         stock_runtime.aoti_torch_delete_tensor_object(handle)
     assert device.value == int(mps)
 
+
+
+def _use(*symbols: str) -> str:
+    """A wrapper that takes the address of each of ``symbols`` (declared, as a wrapper declares its shims)."""
+    declared = "".join(f'extern "C" int {name}();\n' for name in symbols)
+    return declared + 'extern "C" void* shimkit_uses[] = {' + ", ".join(f"(void*)&{name}" for name in symbols) + "};\n"
+
+
+def test_a_programs_runtime_compiles_the_fallbacks_and_plugin_kernels_it_calls_and_no_others():
+    from shimkit.backend import get_registry
+
+    config = get_registry().backend_config("mps")
+    # A shim the wrapper only declares, as Inductor's wrappers declare every custom op's, is not called.
+    declared_only = "AOTITorchError aoti_torch_mps_topk(AtenTensorHandle self, int64_t k);\n"
+    runtime = program.load_runtime(program.program_runtime(config, declared_only + _use("aoti_torch_mps_convolution")))
+    assert hasattr(runtime, "aoti_torch_mps_convolution") and hasattr(runtime, "aoti_torch_empty_strided")
+    for left_out in ("aoti_torch_mps_topk", "aoti_torch_mps_mm_out", "aoti_torch_mps_addmm_out",
+                     "aoti_torch_mps_sort_stable", "shimkit_msl_elementwise"):
+        assert not hasattr(runtime, left_out), left_out
+    with_plugin = program.load_runtime(program.program_runtime(config, _use("aoti_torch_mps_addmm_out")))
+    assert hasattr(with_plugin, "aoti_torch_mps_addmm_out") and not hasattr(with_plugin, "aoti_torch_mps_convolution")
+
+
+def test_a_program_its_runtime_does_not_link_links_against_the_whole_runtime():
+    """``aoti_torch_get_size`` comes with the nonzero plugin's kernel, which a wrapper not calling nonzero's
+    shim leaves out of its runtime: the program links against the whole runtime instead."""
+    from shimkit.backend import get_registry
+
+    config = get_registry().backend_config("mps")
+    source = _use("aoti_torch_get_size")
+    assert not hasattr(program.load_runtime(program.program_runtime(config, source)), "aoti_torch_get_size")
+    runtime_path, path = program._build_side_by_side(source, config)
+    assert runtime_path == program.runtime_library(config)
+    assert ctypes.CDLL(str(path)).shimkit_uses
