@@ -17,6 +17,8 @@ import json
 import logging
 import os
 import re
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -626,10 +628,51 @@ def run_command(args: argparse.Namespace) -> int:
     """``shimkit audit`` as a command: the process is shimkit's, so the heap its imports left is
     frozen once before auditing (:func:`~shimkit.audit.speed.freeze_imported_heap`); :func:`run`
     itself, for callers inside their own process, leaves the garbage collector alone."""
-    from shimkit.audit.speed import freeze_imported_heap
-
     if args.list_zoo or args.explain or is_deprecated_merge(args.models):
         return run(args)
+    aside = _compile_runtime_core_aside(args)
+    try:
+        return _run_command(args)
+    finally:
+        if aside is not None:
+            _stop(aside)
+
+
+def _compile_runtime_core_aside(args: argparse.Namespace) -> subprocess.Popen | None:
+    """For ``--execute``: the stand-in runtime's core (``shimkit.runtime.sources``), which every program's
+    runtime compiles, compiled by a process of its own, one unit at a time, while this one spends seconds
+    importing torch and ExecuTorch on one core (a tiny CNN's audit into an empty build folder about 2 s
+    sooner). The audit finds the objects in the artifact store, or waits there for one being compiled; it
+    stops the process when it ends. A thread would not do: the audit's workers fork from this process."""
+    if not (args.execute and args.backend == "metal"):
+        return None
+    try:
+        # A session of its own, so that stopping it stops the compiler it runs too.
+        return subprocess.Popen([sys.executable, "-m", "shimkit.runtime.sources"],
+                                env={**os.environ, "SHIMKIT_BUILD_JOBS": "1"}, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:  # the audit compiles the core itself
+        return None
+
+
+def _stop(aside: subprocess.Popen) -> None:
+    """Stops the process :func:`_compile_runtime_core_aside` started, and the compiler it runs (a unit cut
+    short leaves nothing in the store: its staging folder is removed, its lock released)."""
+    if aside.poll() is None:
+        try:
+            os.killpg(aside.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    try:
+        aside.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(aside.pid, signal.SIGKILL)
+        aside.wait()
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    from shimkit.audit.speed import freeze_imported_heap
+
     with interrupts_held() as held:
         # Seconds of importing torch, ExecuTorch and Inductor: a Ctrl-C waits for them, then ends the
         # audit with its report (a Ctrl-C inside an import left a traceback and no report).

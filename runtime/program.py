@@ -33,13 +33,14 @@ import torch
 
 import shimkit._progress as progress
 import shimkit.metal as metal_package
-from shimkit.csrc.build import (MSL_ADAPTER, PORTABLE_ROOTS, SANITIZER_FLAGS, SOURCE_DIR, compile_objects,
-                                compile_shared_library, sanitize_requested, sdk_sources)
+from shimkit.csrc.build import (MSL_ADAPTER, PORTABLE_ROOTS, SOURCE_DIR, compile_objects, compile_shared_library,
+                                sanitize_requested, sdk_sources)
 from shimkit.registry.derive import BackendConfig
 from shimkit.runtime.generated import msl_adapter_source
+from shimkit.runtime.sources import (RUNTIME_DIR, compile_core, compile_arguments, own_fallbacks, package_folder,
+                                     runtime_sources)
 from shimkit.store import KEY_CHARS, EnvironmentFailure, default_store, digest_of, tree_digest
 
-RUNTIME_DIR = Path(__file__).resolve().parent / "native"
 TORCH_INCLUDE = Path(torch.__file__).resolve().parent / "include"
 # torch's ScalarType codes, which the AOTI ABI passes as int32, asked of libtorch (its aoti_torch_dtype_*
 # getters), as runtime/native reads them from shimkit/c10_codes.h.
@@ -75,42 +76,9 @@ class KernelNotCompiled(ProgramError):
     program could not be run here, which says nothing about its numbers."""
 
 
-def _executorch_root() -> Path:
-    import executorch
-
-    return Path(executorch.__path__[0])
-
-
-# A fallback kernel of the runtime's own: a function it exports for the wrapper to call.
-_EXPORTED_SHIM = re.compile(r"AOTI_TORCH_EXPORT\s+AOTITorchError\s+(aoti_torch_\w+)\s*\(")
 _ABI_NAME = re.compile(r"\baoti_torch_\w+")
 # A c-shim declared (the wrapper declares each custom op's shim, called or not), not called.
 _DECLARATION = re.compile(r"\bAOTITorchError\s+aoti_torch_\w+\s*\([^;{}]*\)\s*;")
-
-
-@functools.lru_cache(maxsize=1)
-def _own_fallbacks() -> dict[str, frozenset[str]]:
-    """The runtime's fallback units that export c-shims, each with the shims it exports: a program's runtime
-    compiles those its wrapper calls (the others, such as the fallbacks' common code, always)."""
-    units = {}
-    for path in sorted((RUNTIME_DIR / "fallbacks").glob("*.cpp")):
-        shims = frozenset(_EXPORTED_SHIM.findall(path.read_text()))
-        if shims:
-            units[str(path)] = shims
-    return units
-
-
-def _core_sources() -> list[str]:
-    """What every runtime compiles: the AOTI ABI over shimkit.metal and ExecuTorch tensors, the fallbacks'
-    common code, the SDK."""
-    own = [*RUNTIME_DIR.glob("*.cpp"), *(RUNTIME_DIR / "fallbacks").glob("*.cpp")]
-    return sorted(str(p) for p in own if str(p) not in _own_fallbacks()) + sdk_sources()
-
-
-def _runtime_sources(adapters: Iterable[str], fallbacks: Iterable[str] | None = None) -> list[str]:
-    """The core, the runtime's own fallback units (``fallbacks``; None: all of them) and ``adapters``."""
-    chosen = sorted(_own_fallbacks()) if fallbacks is None else sorted(fallbacks)
-    return _core_sources() + chosen + list(adapters)
 
 
 def adapter_sources(config: BackendConfig) -> tuple[list[str], str]:
@@ -137,7 +105,7 @@ def program_runtime(config: BackendConfig | None, wrapper_source: str) -> Path:
     A tiny CNN's runtime is then 18 of 30 units. A program that does not link against it (a kernel
     calling another plugin's code) links against the whole runtime: see :func:`_build_side_by_side`."""
     called = set(_ABI_NAME.findall(_DECLARATION.sub("", wrapper_source)))
-    fallbacks = tuple(path for path, shims in _own_fallbacks().items() if shims & called)
+    fallbacks = tuple(path for path, shims in own_fallbacks().items() if shims & called)
     if config is None:
         return _runtime_library((), "", fallbacks)
     every, generated = adapter_sources(config)
@@ -151,13 +119,13 @@ def program_runtime(config: BackendConfig | None, wrapper_source: str) -> Path:
 
 
 def build_runtime_in_background(config: BackendConfig | None) -> None:
-    """Start compiling what every program's runtime compiles (:func:`_core_sources`) on a thread of its own,
-    so that it compiles while the model lowers (about 11 s of compiles on two cores when nothing is cached);
-    :func:`program_runtime` then finds those objects built, or waits for them in the artifact store. A
-    failure here is left for that call to meet and report."""
+    """Start compiling what every program's runtime compiles (``shimkit.runtime.sources``' core) on a thread
+    of its own, so that it compiles while the model lowers (about 11 s of compiles on two cores when nothing
+    is cached); :func:`program_runtime` then finds those objects built, or waits for them in the artifact
+    store. A failure here is left for that call to meet and report."""
     def build() -> None:
         try:
-            compile_objects(_core_sources(), **_runtime_arguments()[0])
+            compile_core()
         except Exception:  # raised again, and reported, where the program asks for its runtime
             pass
 
@@ -195,24 +163,11 @@ def _adapter_unit(path: str) -> str:
     return _unit(f"// Generated by shimkit.runtime.program: one runtime adapter, compiled as C++.\n{directive}\n")
 
 
-def _runtime_arguments() -> tuple[dict, list[str]]:
-    """How the runtime's units compile (:func:`compile_shared_library`'s and :func:`compile_objects`'s
-    arguments) and the flags its link adds."""
-    root = _executorch_root()
-    flags = ["-O2", "-fvisibility=default", "-pthread", f"-iquote{PORTABLE_ROOTS['<checkout>']}"]
-    if sanitize_requested():
-        flags += list(SANITIZER_FLAGS)
-    compiling = {"include_dirs": [str(RUNTIME_DIR / "include"), str(RUNTIME_DIR), str(root / "include"), str(TORCH_INCLUDE)],
-                 "define_macros": [("C10_USING_CUSTOM_GENERATED_MACROS", "1")], "extra_flags": flags}
-    return compiling, ["-Wl,-Bsymbolic", "-Wl,--no-undefined"]
-
-
 @functools.lru_cache(maxsize=16)
 def _runtime_library(adapters: tuple[str, ...], generated: str, fallbacks: tuple[str, ...] | None = None) -> Path:
-    root = _executorch_root()
     units = [_adapter_unit(path) for path in adapters] + ([_unit(generated)] if generated else [])
-    sources = _runtime_sources(units, fallbacks)
-    compiling, linking = _runtime_arguments()
+    sources = runtime_sources(units, fallbacks)
+    compiling = compile_arguments()
     # A program names its runtime in DT_NEEDED, and the loader binds that name to the first library of the
     # name a process has loaded: each runtime needs a name of its own, from what is in it.
     identity = digest_of([runtime_fingerprint(), generated, str(sanitize_requested()), repr(fallbacks),
@@ -220,8 +175,8 @@ def _runtime_library(adapters: tuple[str, ...], generated: str, fallbacks: tuple
     name = f"shimkit-metal-runtime-{identity[:KEY_CHARS]}"
     return compile_shared_library(
         name, sources, include_dirs=compiling["include_dirs"], define_macros=compiling["define_macros"],
-        library_dirs=[str(root / "lib")], libraries=["executorch", "dl"],
-        extra_flags=[*compiling["extra_flags"], *linking, f"-Wl,-soname,{name}.so"],
+        library_dirs=[str(package_folder("executorch") / "lib")], libraries=["executorch", "dl"],
+        extra_flags=[*compiling["extra_flags"], "-Wl,-Bsymbolic", "-Wl,--no-undefined", f"-Wl,-soname,{name}.so"],
         depends=sorted({*(RUNTIME_DIR / "include").rglob("*.h"), *map(Path, adapters),
                         *(header for adapter in adapters for header in Path(adapter).parent.glob("*.h"))}))
 

@@ -220,6 +220,31 @@ def test_on_a_terminal_execute_says_what_it_is_doing_and_leaves_nothing_listenin
     assert "\r\x1b[K[1/1] seed_split_linear ... clean (" in text, text  # the stages' line rewritten
 
 
+def _processes_whose_environment_holds(marker: str) -> list[int]:
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker.encode() in environ.read_bytes():
+                found.append(int(environ.parent.name))
+        except OSError:  # gone, or not ours
+            continue
+    return found
+
+
+def test_execute_compiles_the_runtimes_core_aside_and_stops_that_when_the_audit_ends(tmp_path):
+    """--execute starts compiling the stand-in runtime's core in a process of its own before it imports
+    torch; an audit that ends first (its model cannot be loaded) stops that process and the compiler it
+    runs, and leaves no half-built entry in the build folder."""
+    store = tmp_path / "build"
+    done = subprocess.run([SHIMKIT, "audit", "--execute", "--quiet", f"{tmp_path}/missing.py:model"],
+                          env={**os.environ, "SHIMKIT_BUILD_DIR": str(store)}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert (store / "object-inputs").is_dir()  # it had started on the core's first unit
+    assert not _processes_whose_environment_holds(f"SHIMKIT_BUILD_DIR={store}")
+    assert not list(store.glob("*/.staging-*"))
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True

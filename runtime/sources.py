@@ -1,0 +1,83 @@
+"""What shimkit's stand-in of ExecuTorch's Metal runtime compiles, and how, without importing torch.
+
+Every runtime compiles the *core* (:func:`core_sources`: the AOTI ABI over shimkit.metal and ExecuTorch
+tensors, the fallbacks' common code, the SDK); a program's runtime adds the runtime's own fallback units whose
+c-shims its wrapper calls (:func:`own_fallbacks`) and its plugins' adapters (``shimkit.runtime.program``).
+
+Nothing here imports torch or ExecuTorch (their folders are found, not imported), so that ``shimkit audit
+--execute`` can start compiling the core in a process of its own before it spends seconds importing them::
+
+    python -m shimkit.runtime.sources        # the core's objects, into the artifact store
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import Iterable
+
+from shimkit.csrc.build import PORTABLE_ROOTS, SANITIZER_FLAGS, compile_objects, sanitize_requested, sdk_sources
+
+RUNTIME_DIR = Path(__file__).resolve().parent / "native"
+# A fallback kernel of the runtime's own: a function it exports for the wrapper to call.
+_EXPORTED_SHIM = re.compile(r"AOTI_TORCH_EXPORT\s+AOTITorchError\s+(aoti_torch_\w+)\s*\(")
+
+
+def package_folder(name: str) -> Path:
+    """The folder of the installed package ``name`` (torch, executorch), found without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"{name} is not installed: the stand-in Metal runtime compiles against it")
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+@functools.lru_cache(maxsize=1)
+def own_fallbacks() -> dict[str, frozenset[str]]:
+    """The runtime's fallback units that export c-shims, each with the shims it exports: a program's runtime
+    compiles those its wrapper calls (the others, such as the fallbacks' common code, always)."""
+    units = {}
+    for path in sorted((RUNTIME_DIR / "fallbacks").glob("*.cpp")):
+        shims = frozenset(_EXPORTED_SHIM.findall(path.read_text()))
+        if shims:
+            units[str(path)] = shims
+    return units
+
+
+def core_sources() -> list[str]:
+    """What every runtime compiles: the AOTI ABI over shimkit.metal and ExecuTorch tensors, the fallbacks'
+    common code, the SDK."""
+    own = [*RUNTIME_DIR.glob("*.cpp"), *(RUNTIME_DIR / "fallbacks").glob("*.cpp")]
+    return sorted(str(p) for p in own if str(p) not in own_fallbacks()) + sdk_sources()
+
+
+def runtime_sources(adapters: Iterable[str], fallbacks: Iterable[str] | None = None) -> list[str]:
+    """The core, the runtime's own fallback units (``fallbacks``; None: all of them) and ``adapters``."""
+    chosen = sorted(own_fallbacks()) if fallbacks is None else sorted(fallbacks)
+    return core_sources() + chosen + list(adapters)
+
+
+def compile_arguments() -> dict:
+    """How the runtime's units compile: :func:`~shimkit.csrc.build.compile_shared_library`'s and
+    :func:`~shimkit.csrc.build.compile_objects`' arguments (with ``SHIMKIT_SANITIZE=1``, the sanitizers')."""
+    flags = ["-O2", "-fvisibility=default", "-pthread", f"-iquote{PORTABLE_ROOTS['<checkout>']}"]
+    if sanitize_requested():
+        flags += list(SANITIZER_FLAGS)
+    include = [RUNTIME_DIR / "include", RUNTIME_DIR, package_folder("executorch") / "include",
+               package_folder("torch") / "include"]
+    return {"include_dirs": [str(folder) for folder in include],
+            "define_macros": [("C10_USING_CUSTOM_GENERATED_MACROS", "1")], "extra_flags": flags}
+
+
+def compile_core() -> None:
+    """The core's objects, compiled into the artifact store (or found there)."""
+    compile_objects(core_sources(), **compile_arguments())
+
+
+if __name__ == "__main__":
+    # Stopped by the process that started it: a clean exit, so that a compile under way is stopped with it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    compile_core()
