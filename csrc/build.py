@@ -14,6 +14,7 @@ host modules of the plugins' kernels (:func:`compile_host_module`, from each ``K
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import subprocess
@@ -39,6 +40,20 @@ METAL_FRAMEWORKS = ("Metal", "MetalPerformanceShadersGraph", "Foundation")
 MSL_ADAPTER = str(SOURCE_DIR / "msl" / "msl_elementwise.mm")
 SANITIZER_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                    "-fno-omit-frame-pointer", "-g", "-O1")
+
+
+def package_folder(name: str) -> Path:
+    """The folder of the installed package ``name`` (torch, executorch), found without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"{name} is not installed: shimkit compiles against its headers and libraries")
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+def torch_include() -> Path:
+    """torch's C++ headers, which shimkit.metal's kernels, the stand-in runtime and AOTInductor's wrappers
+    include."""
+    return package_folder("torch") / "include"
 
 
 def sdk_sources() -> list[str]:

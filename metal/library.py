@@ -21,13 +21,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
-from shimkit.csrc.build import SANITIZER_FLAGS, compiler_command, run_compiler, sanitize_requested
+from shimkit.csrc.build import SANITIZER_FLAGS, compiler_command, run_compiler, sanitize_requested, torch_include
 from shimkit.metal.frontend import KernelInfo, Translation, check_supported, embed_headers, launcher, translate
 from shimkit.metal.loops import group_function, split_kernels
 from shimkit.store import Store, default_store, tree_digest
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
-TORCH_INCLUDE = Path(torch.__file__).resolve().parent / "include"
 MAX_THREADS_PER_THREADGROUP = 1024
 THREAD_EXECUTION_WIDTH = 32
 CASTS = {"fp16": torch.float16, "bf16": torch.bfloat16, "int32": torch.int32, "int16": torch.int16,
@@ -194,7 +193,7 @@ def _translation(source: str, split_barriers: bool = True) -> Translation:
     kernels split at their barriers where they can be (``split_barriers``)."""
     if not split_barriers:
         check_supported(source)
-        return translate(_preprocess(compiler_command(), embed_headers(source, TORCH_INCLUDE), source))
+        return translate(_preprocess(compiler_command(), embed_headers(source, torch_include()), source))
     translation = _translation(source, False)
     cooperative = {_qualified(k.function): k.parameters for k in translation.kernels.values() if k.cooperative}
     split = split_kernels(translation.text, cooperative, INCLUDE_DIR, default_store(), tuple(compiler_command()))

@@ -34,14 +34,12 @@ import torch
 import shimkit._progress as progress
 import shimkit.metal as metal_package
 from shimkit.csrc.build import (MSL_ADAPTER, PORTABLE_ROOTS, SOURCE_DIR, compile_objects, compile_shared_library,
-                                sanitize_requested, sdk_sources)
+                                package_folder, sanitize_requested, sdk_sources, torch_include)
 from shimkit.registry.derive import BackendConfig
 from shimkit.runtime.generated import msl_adapter_source
-from shimkit.runtime.sources import (RUNTIME_DIR, compile_core, compile_arguments, own_fallbacks, package_folder,
-                                     runtime_sources)
+from shimkit.runtime.sources import RUNTIME_DIR, compile_core, compile_arguments, own_fallbacks, runtime_sources
 from shimkit.store import KEY_CHARS, EnvironmentFailure, default_store, digest_of, tree_digest
 
-TORCH_INCLUDE = Path(torch.__file__).resolve().parent / "include"
 # torch's ScalarType codes, which the AOTI ABI passes as int32, asked of libtorch (its aoti_torch_dtype_*
 # getters), as runtime/native reads them from shimkit/c10_codes.h.
 _LIBTORCH = ctypes.CDLL(str(Path(torch.__file__).resolve().parent / "lib" / "libtorch_cpu.so"))
@@ -205,7 +203,7 @@ def compile_wrapper_object(source: str) -> None:
     """The wrapper ``source``'s object, compiled into the store ahead of :func:`compile_wrapper`, which needs the
     runtime only to link. A wrapper that does not compile fails again there, with its message."""
     try:
-        compile_objects([str(_wrapper_file(source))], include_dirs=[str(TORCH_INCLUDE)], extra_flags=WRAPPER_FLAGS)
+        compile_objects([str(_wrapper_file(source))], include_dirs=[str(torch_include())], extra_flags=WRAPPER_FLAGS)
     except RuntimeError:
         pass
 
@@ -216,7 +214,7 @@ def compile_wrapper(source: str, runtime: Path) -> Path:
     path = _wrapper_file(source)
     try:
         return compile_shared_library(
-            "metal-program", [str(path)], include_dirs=[str(TORCH_INCLUDE)],
+            "metal-program", [str(path)], include_dirs=[str(torch_include())],
             library_dirs=[str(runtime.parent)], libraries=[f":{runtime.name}"],
             extra_flags=[*WRAPPER_FLAGS, "-Wl,--no-undefined"])
     except EnvironmentFailure:

@@ -13,26 +13,18 @@ Nothing here imports torch or ExecuTorch (their folders are found, not imported)
 from __future__ import annotations
 
 import functools
-import importlib.util
 import re
 import signal
 import sys
 from pathlib import Path
 from typing import Iterable
 
-from shimkit.csrc.build import PORTABLE_ROOTS, SANITIZER_FLAGS, compile_objects, sanitize_requested, sdk_sources
+from shimkit.csrc.build import (PORTABLE_ROOTS, SANITIZER_FLAGS, compile_objects, package_folder, sanitize_requested,
+                                sdk_sources, torch_include)
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "native"
 # A fallback kernel of the runtime's own: a function it exports for the wrapper to call.
 _EXPORTED_SHIM = re.compile(r"AOTI_TORCH_EXPORT\s+AOTITorchError\s+(aoti_torch_\w+)\s*\(")
-
-
-def package_folder(name: str) -> Path:
-    """The folder of the installed package ``name`` (torch, executorch), found without importing it."""
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(f"{name} is not installed: the stand-in Metal runtime compiles against it")
-    return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
 @functools.lru_cache(maxsize=1)
@@ -66,8 +58,7 @@ def compile_arguments() -> dict:
     flags = ["-O2", "-fvisibility=default", "-pthread", f"-iquote{PORTABLE_ROOTS['<checkout>']}"]
     if sanitize_requested():
         flags += list(SANITIZER_FLAGS)
-    include = [RUNTIME_DIR / "include", RUNTIME_DIR, package_folder("executorch") / "include",
-               package_folder("torch") / "include"]
+    include = [RUNTIME_DIR / "include", RUNTIME_DIR, package_folder("executorch") / "include", torch_include()]
     return {"include_dirs": [str(folder) for folder in include],
             "define_macros": [("C10_USING_CUSTOM_GENERATED_MACROS", "1")], "extra_flags": flags}
 

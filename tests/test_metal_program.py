@@ -14,7 +14,7 @@ from shimkit.audit.runner import audit_loaded
 from shimkit.csrc.build import INCLUDE_DIR
 from shimkit.runtime import program
 
-SHIM_MPS = program.TORCH_INCLUDE / "torch" / "csrc" / "inductor" / "aoti_torch" / "c" / "shim_mps.h"
+SHIM_MPS = program.torch_include() / "torch" / "csrc" / "inductor" / "aoti_torch" / "c" / "shim_mps.h"
 
 
 @pytest.fixture(scope="module")

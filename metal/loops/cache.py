@@ -9,7 +9,7 @@ from pathlib import Path
 from shimkit.csrc.build import run_compiler
 from shimkit.store import Store, digest_of, tree_digest
 
-FORMAT = "2"
+FORMAT = "3"
 
 
 @functools.lru_cache(maxsize=None)

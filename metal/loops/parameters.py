@@ -49,7 +49,7 @@ def start_group(source: Source, kernel, parameters: list, reach: Reach) -> Group
                 or (parameter.kind == "position" and parameter.binding not in ("grid", "in_group")):
             state.group_values.add(name)
         if parameter.kind == "position":
-            where = (f"shimkit_g.{parameter.binding}<shimkit_axis>(shimkit_t).v" if parameter.binding in ("grid", "in_group")
+            where = (f"shimkit_g.{parameter.binding}<shimkit_along_x>(shimkit_t).v" if parameter.binding in ("grid", "in_group")
                      else f"shimkit_g.base().{parameter.binding}")
             value = f"::shimkit_metal::from_position<{spelled}>({where})"
         elif parameter.kind == "index":

@@ -35,10 +35,10 @@ def write_group_function(state: GroupState) -> str:
                 f"{' '.join(state.storage)} {' '.join(state.top)} {body}")
     if state.scalar_positions:
         # Instantiated for groups along x and for any shape (on_axis in loops.h).
-        prologue = (f"::shimkit_metal::on_axis<true>(shimkit_base, [&](auto shimkit_axis_of) __attribute__((always_inline)) {{ "
-                    f"constexpr int shimkit_axis = decltype(shimkit_axis_of)::value; {prologue} }});")
+        prologue = (f"::shimkit_metal::on_axis(shimkit_base, [&](auto shimkit_along_x_of) __attribute__((always_inline)) {{ "
+                    f"constexpr bool shimkit_along_x = decltype(shimkit_along_x_of)::value; {prologue} }});")
     else:
-        prologue = f"constexpr int shimkit_axis = -1; {prologue}"
+        prologue = f"constexpr bool shimkit_along_x = false; {prologue}"
     return f"{head}SHIMKIT_GROUP_FUNCTION {state.kernel.spelling}{SPLIT_SUFFIX}({parameters}) {{ {prologue} }}"
 
 
