@@ -111,10 +111,13 @@ def compile_library(source: str, *, sanitize: bool | None = None, ucontext_fiber
         store = default_store()
         entry = store.key("metal-library", [CACHE_FORMAT, *compiler, *flags, _headers_digest(), cpp])
 
+        runtime = _runtime_in(store, tuple(compiler), tuple(flags))
+
         def produce(staging: Path) -> None:
             (staging / "library.cpp").write_text(cpp)  # kept beside the library, to read
             done = run_compiler([*compiler, *flags, *_precompiled_header(tuple(compiler), tuple(flags)),
-                                 f"-I{INCLUDE_DIR}", str(staging / "library.cpp"), "-o", str(staging / "library.so")])
+                                 f"-I{INCLUDE_DIR}", str(staging / "library.cpp"), str(runtime),
+                                 f"-Wl,-rpath,{runtime.parent}", "-o", str(staging / "library.so")])
             if done.returncode != 0:
                 raise MetalCompileError(_compile_message(done.stderr, source))
 
@@ -179,6 +182,26 @@ def _precompiled_in(store: Store, compiler: tuple[str, ...], flags: tuple[str, .
     except _NoPrecompiledHeader:
         return []
     return [f"-I{folder}"]
+
+
+@functools.lru_cache(maxsize=None)
+def _runtime_in(store: Store, compiler: tuple[str, ...], flags: tuple[str, ...]) -> Path:
+    """The shared library of ``shimkit_metal/runtime.cpp`` (the worker pool, the fiber scheduler, the lane
+    records) compiled with the kernel libraries' ``flags``, loaded: the libraries linked against it find it
+    by its name, which is unique to its key, so that two builds of it (the sanitizers', ucontext fibers')
+    live side by side in one process."""
+    key = store.key("metal-runtime", [CACHE_FORMAT, *compiler, *flags, _headers_digest()])
+    name = f"libshimkit_metal_runtime_{key[:16]}.so"
+
+    def produce(staging: Path) -> None:
+        done = run_compiler([*compiler, *flags, f"-I{INCLUDE_DIR}", str(INCLUDE_DIR / "shimkit_metal" / "runtime.cpp"),
+                             f"-Wl,-soname,{name}", "-o", str(staging / name)])
+        if done.returncode != 0:
+            raise RuntimeError(f"shimkit.metal's runtime (shimkit_metal/runtime.cpp) did not compile:\n{done.stderr}")
+
+    path = store.build("metal-runtime", key, produce) / name
+    ctypes.CDLL(str(path))
+    return path
 
 
 @functools.lru_cache(maxsize=None)

@@ -22,7 +22,6 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
-#include <vector>
 
 #include "runtime.h"
 
@@ -39,6 +38,10 @@
 namespace shimkit_metal {
 
 constexpr uint kMaxGroupThreads = 1024;
+
+// The running worker thread's lane records and replays for a group of `count` threads (runtime.cpp: kept
+// from group to group).
+SHIMKIT_RUNTIME_API Fiber* lane_records(uint count, LaneReplay*& replays);
 
 // `p`, hidden from the optimiser: a group function reaches threadgroup memory (a thread_local) through
 // it, so that its address is computed once per group instead of at uses inside the regions' loops.
@@ -61,12 +64,7 @@ class LoopGroup {
     if (count > kMaxGroupThreads)
       throw std::runtime_error("threadgroup of " + std::to_string(count) + " threads: Metal allows at most " +
                                std::to_string(kMaxGroupThreads));
-    thread_local std::vector<Fiber> lanes;
-    thread_local std::vector<LaneReplay> replays;
-    if (lanes.size() < count) lanes.resize(count);
-    if (replays.size() < count) replays.resize(count);
-    lanes_ = lanes.data();
-    replays_ = replays.data();
+    lanes_ = lane_records(count, replays_);
     // A group along one axis (Inductor's reductions are 1 x 1024) places its index on that axis, with no
     // division per thread.
     axis_ = base.group_size[1] == 1 && base.group_size[2] == 1   ? 0

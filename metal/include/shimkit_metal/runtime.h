@@ -9,23 +9,19 @@
 // result computed for all lanes at once). Lanes that finished, or that wait elsewhere when nothing
 // else can progress (divergent control flow), take no part, as Metal's inactive lanes. A group in
 // which no thread can progress is a deadlock, reported with what each thread waits for.
+//
+// What is the same for every kernel (the worker pool, the fiber scheduler, the lane records of split
+// groups) is compiled once, in runtime.cpp, into a shared library every kernel library links against
+// (shimkit/metal/library.py builds it with the libraries' own flags). Kept here, as inline code with
+// std::thread, std::function and std::vector in it, every library compiled it again: 0.3 s of an
+// empty library's 0.33 s went to instantiating them.
 #pragma once
 
-#include <unistd.h>
-
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <exception>
-#include <functional>
-#include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <tuple>
-#include <vector>
 
 #include "context.h"
 #include "types.h"
@@ -77,142 +73,20 @@ struct Executing {
   LoopMode loop_mode = LoopMode::kOff;
   LaneReplay* replay = nullptr;    // the running split thread's results to replay
 };
-inline thread_local Executing executing;
+// What runtime.cpp exports; the libraries are compiled with hidden visibility.
+#define SHIMKIT_RUNTIME_API __attribute__((visibility("default")))
 
-[[noreturn]] inline void not_cooperative(const char* what) {
-  throw std::logic_error(std::string(what) +
-                         " called in a kernel shimkit.metal runs without fibers: its use was not found "
-                         "in the kernel's call graph (report this as a shimkit.metal bug)");
-}
+SHIMKIT_RUNTIME_API extern thread_local Executing executing;
 
-struct Scheduler {
-  std::vector<Fiber> fibers;
-  std::vector<std::unique_ptr<char[]>> stacks;
-  Context home;
-  size_t stack_bytes = 256 * 1024;
-  // Stacks of one size allocated together start at the same offset modulo every cache's set stride, so
-  // the frames of all fibers of a group would compete for one L1/L2 set; each fiber's stack top is moved
-  // down by a different multiple of 9 cache lines (about a frame) within this much padding.
-  static constexpr size_t kStaggerBytes = 64 * 1024;
-  static constexpr size_t kStaggerStep = 9 * 64;
-  const std::function<void(const ThreadInfo&)>* body = nullptr;
-  std::exception_ptr failure;
+[[noreturn]] SHIMKIT_RUNTIME_API void not_cooperative(const char* what);
 
-  static void entry(void* scheduler) {
-    Scheduler* self = static_cast<Scheduler*>(scheduler);
-    Fiber* fiber = executing.fiber;
-    try {
-      (*self->body)(fiber->info);
-    } catch (...) {
-      if (!self->failure) self->failure = std::current_exception();
-    }
-    fiber->state = Wait::kDone;
-    switch_context(fiber->context, self->home);
-  }
-
-  void yield(Wait why) {
-    Fiber* fiber = executing.fiber;
-    fiber->state = why;
-    switch_context(fiber->context, home);
-  }
-
-  // Runs one threadgroup whose threads are `infos`.
-  void run_group(const std::vector<ThreadInfo>& infos, const std::function<void(const ThreadInfo&)>& kernel) {
-    const size_t n = infos.size();
-    fibers.resize(n);
-    while (stacks.size() < n) stacks.emplace_back(new char[stack_bytes + kStaggerBytes]);
-    body = &kernel;
-    for (size_t i = 0; i < n; ++i) {
-      Fiber& f = fibers[i];
-      f.state = Wait::kReady;
-      f.info = infos[i];
-      prepare_context(f.context, stacks[i].get(), stack_bytes + kStaggerBytes - i * kStaggerStep % kStaggerBytes,
-                      &Scheduler::entry, this);
-    }
-    Executing& now = executing;
-    Scheduler* previous = now.scheduler;
-    now.scheduler = this;
-    size_t done = 0;
-    while (done < n) {
-      for (size_t i = 0; i < n; ++i) {
-        if (fibers[i].state != Wait::kReady) continue;
-        now.fiber = &fibers[i];
-        switch_context(home, fibers[i].context);
-        now.fiber = nullptr;
-        if (fibers[i].state == Wait::kDone) ++done;
-      }
-      if (failure) break;
-      if (done < n && !release(false) && !release(true)) deadlock();
-    }
-    now.scheduler = previous;
-    if (failure) {
-      std::exception_ptr error = failure;
-      failure = nullptr;
-      std::rethrow_exception(error);
-    }
-  }
-
-  // Releases waiting threads whose condition is met; `divergent` lets a simdgroup function go ahead
-  // with the lanes waiting at it while other live lanes of its simdgroup wait elsewhere.
-  bool release(bool divergent) {
-    bool released = false;
-    const size_t n = fibers.size();
-    for (size_t first = 0; first < n; first += kSimdWidth) {
-      const size_t last = (n < first + kSimdWidth ? n : first + kSimdWidth);
-      Fiber* lanes[kSimdWidth] = {};
-      Combine op = nullptr;
-      bool everyone = true;
-      for (size_t i = first; i < last; ++i) {
-        Fiber& f = fibers[i];
-        if (f.state == Wait::kSimd && (op == nullptr || f.combine == op)) {
-          op = f.combine;
-          lanes[i - first] = &f;
-        } else if (f.state != Wait::kDone) {
-          everyone = false;
-        }
-      }
-      if (op == nullptr || (!everyone && !divergent)) continue;
-      op(lanes);
-      for (Fiber* f : lanes)
-        if (f) f->state = Wait::kReady;
-      released = true;
-      if (divergent) return true;  // one simdgroup at a time, then let the others run again
-    }
-    if (released) return true;
-    size_t live = 0, waiting = 0;
-    for (Fiber& f : fibers) {
-      if (f.state == Wait::kDone) continue;
-      ++live;
-      waiting += f.state == Wait::kBarrier;
-    }
-    if (live > 0 && waiting == live) {
-      for (Fiber& f : fibers)
-        if (f.state == Wait::kBarrier) f.state = Wait::kReady;
-      return true;
-    }
-    return false;
-  }
-
-  [[noreturn]] void deadlock() {
-    size_t at_barrier = 0, done = 0;
-    for (Fiber& f : fibers) {
-      at_barrier += f.state == Wait::kBarrier;
-      done += f.state == Wait::kDone;
-    }
-    const ThreadInfo& g = fibers.front().info;
-    throw std::runtime_error(
-        "threadgroup (" + std::to_string(g.group[0]) + ", " + std::to_string(g.group[1]) + ", " +
-        std::to_string(g.group[2]) + ") cannot progress: " + std::to_string(at_barrier) + " of its " +
-        std::to_string(fibers.size()) + " threads wait at threadgroup_barrier while " +
-        std::to_string(done) + " have returned (Metal requires every thread of a threadgroup to reach "
-        "the barrier)");
-  }
-};
+// The running fiber waits (at a barrier, or at a simdgroup function) until its scheduler releases it.
+SHIMKIT_RUNTIME_API void fiber_yield(Wait why);
 
 inline void threadgroup_barrier_wait() {
   Executing& now = executing;
   if (now.scheduler == nullptr || now.fiber == nullptr) not_cooperative("threadgroup_barrier");
-  now.scheduler->yield(Wait::kBarrier);
+  fiber_yield(Wait::kBarrier);
 }
 
 // ---- split kernels (loops.h) ----
@@ -268,7 +142,7 @@ inline T simd_collective(const T& value, Combine combine, long argument = 0, con
   if (fill) std::memcpy(fiber->fill, fill, sizeof(T));
   fiber->argument = argument;
   fiber->combine = combine;
-  now.scheduler->yield(Wait::kSimd);
+  fiber_yield(Wait::kSimd);
   T out;
   std::memcpy(static_cast<void*>(&out), fiber->result, sizeof(T));
   return out;
@@ -293,73 +167,61 @@ inline unsigned long groups_along(unsigned long threads, unsigned long group) {
 // loops.h), or as cooperative fibers.
 enum class Execution { kRows, kSplit, kFibers };
 
+// The group `linear` of the grid (`groups`: how many along each axis): its uniform fields in `t`, its
+// size along each axis in `size` (an edge group may be partial); returns its thread count.
+inline uint place_group(const Dispatch& d, const unsigned long (&groups)[3], unsigned long linear, ThreadInfo& t,
+                        uint (&size)[3]) {
+  const unsigned long g[3] = {linear % groups[0], (linear / groups[0]) % groups[1], linear / (groups[0] * groups[1])};
+  for (int k = 0; k < 3; ++k) {
+    t.group[k] = static_cast<uint>(g[k]);
+    const unsigned long start = g[k] * d.group[k];
+    size[k] = static_cast<uint>(d.group[k] < d.threads[k] - start ? d.group[k] : d.threads[k] - start);
+    t.group_size[k] = size[k];
+    t.grid_size[k] = static_cast<uint>(d.threads[k]);
+    t.groups[k] = static_cast<uint>(groups[k]);
+    t.grid[k] = static_cast<uint>(start);  // the group's first thread
+  }
+  const uint count = size[0] * size[1] * size[2];
+  t.simds_per_group = (count + kSimdWidth - 1) / kSimdWidth;
+  return count;
+}
+
+// Runs the groups [begin, end) of the grid on fibers, `body(context, thread)` for each thread.
+SHIMKIT_RUNTIME_API void run_fiber_groups(const Dispatch& d, unsigned long begin, unsigned long end,
+                                          void (*body)(void*, const ThreadInfo&), void* context);
+
 template <Execution E, class Body>
 inline void run_groups(const Dispatch& d, unsigned long begin, unsigned long end, Body& body) {
-  constexpr bool cooperative = E == Execution::kFibers;
-  const unsigned long gx = groups_along(d.threads[0], d.group[0]);
-  const unsigned long gy = groups_along(d.threads[1], d.group[1]);
-  const unsigned long gz = groups_along(d.threads[2], d.group[2]);
-  std::unique_ptr<Scheduler> scheduler;
-  std::function<void(const ThreadInfo&)> kernel;
-  std::vector<ThreadInfo> infos;
-  if constexpr (cooperative) {
-    scheduler.reset(new Scheduler());
-    kernel = [&body](const ThreadInfo& t) { body(t); };
-  }
-  for (unsigned long linear = begin; linear < end; ++linear) {
-    ThreadInfo t{};
-    const unsigned long g[3] = {linear % gx, (linear / gx) % gy, linear / (gx * gy)};
-    uint size[3];
-    for (int k = 0; k < 3; ++k) {
-      t.group[k] = static_cast<uint>(g[k]);
-      const unsigned long start = g[k] * d.group[k];
-      size[k] = static_cast<uint>(d.group[k] < d.threads[k] - start ? d.group[k] : d.threads[k] - start);  // partial edge group
-      t.group_size[k] = size[k];
-      t.grid_size[k] = static_cast<uint>(d.threads[k]);
-    }
-    t.groups[0] = static_cast<uint>(gx);
-    t.groups[1] = static_cast<uint>(gy);
-    t.groups[2] = static_cast<uint>(gz);
-    const uint count = size[0] * size[1] * size[2];
-    t.simds_per_group = (count + kSimdWidth - 1) / kSimdWidth;
-    if constexpr (E == Execution::kSplit) {  // a split group computes its threads' coordinates (loops.h)
-      t.reverse = d.reverse != 0;
-      for (int k = 0; k < 3; ++k) t.grid[k] = static_cast<uint>(g[k] * d.group[k]);
-      if (count > 0) body(t, count);
-      continue;
-    }
-    if (cooperative) infos.clear();
-    uint index = 0;
-    for (uint z = 0; z < size[2]; ++z) {
-      for (uint y = 0; y < size[1]; ++y) {
-        if constexpr (E == Execution::kRows) {
-          t.in_group[0] = 0;
-          t.in_group[1] = y;
-          t.in_group[2] = z;
-          t.grid[0] = static_cast<uint>(g[0] * d.group[0]);
-          t.grid[1] = static_cast<uint>(g[1] * d.group[1] + y);
-          t.grid[2] = static_cast<uint>(g[2] * d.group[2] + z);
-          t.index_in_group = index;
-          if (size[0] > 0) body(t, size[0]);
-          index += size[0];
-        } else {
-          for (uint x = 0; x < size[0]; ++x, ++index) {
-            t.in_group[0] = x;
+  if constexpr (E == Execution::kFibers) {
+    run_fiber_groups(d, begin, end, [](void* context, const ThreadInfo& t) { (*static_cast<Body*>(context))(t); },
+                     &body);
+  } else {
+    const unsigned long groups[3] = {groups_along(d.threads[0], d.group[0]), groups_along(d.threads[1], d.group[1]),
+                                     groups_along(d.threads[2], d.group[2])};
+    for (unsigned long linear = begin; linear < end; ++linear) {
+      ThreadInfo t{};
+      uint size[3];
+      const uint count = place_group(d, groups, linear, t, size);
+      if constexpr (E == Execution::kSplit) {  // a split group computes its threads' coordinates (loops.h)
+        t.reverse = d.reverse != 0;
+        if (count > 0) body(t, count);
+      } else {
+        const uint first[3] = {t.grid[0], t.grid[1], t.grid[2]};
+        uint index = 0;
+        for (uint z = 0; z < size[2]; ++z) {
+          for (uint y = 0; y < size[1]; ++y) {
+            t.in_group[0] = 0;
             t.in_group[1] = y;
             t.in_group[2] = z;
-            t.grid[0] = static_cast<uint>(g[0] * d.group[0] + x);
-            t.grid[1] = static_cast<uint>(g[1] * d.group[1] + y);
-            t.grid[2] = static_cast<uint>(g[2] * d.group[2] + z);
+            t.grid[0] = first[0];
+            t.grid[1] = first[1] + y;
+            t.grid[2] = first[2] + z;
             t.index_in_group = index;
-            t.lane = index % kSimdWidth;
-            t.simd_index = index / kSimdWidth;
-            infos.push_back(t);
+            if (size[0] > 0) body(t, size[0]);
+            index += size[0];
           }
         }
       }
-    }
-    if constexpr (cooperative) {
-      if (!infos.empty()) scheduler->run_group(infos, kernel);
     }
   }
 }
@@ -383,102 +245,9 @@ inline unsigned long measure_threadgroup(Call call) {
   return measured;
 }
 
-// Threads that outlive a launch. Starting std::threads on every launch cost tens of microseconds each on a quiet
-// machine and far more under load (the elementwise bench during a CI run: 7.0x eager, where POCL's pool stayed
-// at 0.78x). Waking a thread asleep on a condition variable still costs about 60 microseconds here, more than
-// a 1M-element elementwise kernel takes on one core, so a worker first spins for a while after each launch
-// (as OpenMP runtimes do) and sleeps only when no launch came: back-to-back launches, a program's kernels,
-// start at once. One launch uses the pool at a time, and a launch that finds it busy (another host thread, or
-// a kernel launched from inside one) starts its own threads.
-class WorkerPool {
- public:
-  // Runs share(w) for every w in [0, workers): share(0) on the calling thread, the others on the pool's
-  // threads; returns once all have. False, having run nothing, when another launch holds the pool.
-  bool try_run(int workers, const std::function<void(int)>& share) {
-    std::unique_lock<std::mutex> held(in_use_, std::try_to_lock);
-    if (!held.owns_lock()) return false;
-    {
-      std::lock_guard<std::mutex> lock(state_);
-      while (started_ < workers - 1) {
-        ++started_;
-        // Detached: the pool lives as long as the process (see worker_pool), and exit ends the threads.
-        std::thread([this, id = started_] { serve(id); }).detach();
-      }
-      job_ = &share;
-      job_workers_ = workers;
-      pending_.store(workers - 1, std::memory_order_relaxed);
-      generation_.fetch_add(1, std::memory_order_release);
-    }
-    wake_.notify_all();  // no system call when every worker is still spinning
-    share(0);
-    if (!spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
-      std::unique_lock<std::mutex> lock(state_);
-      finished_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
-    }
-    job_ = nullptr;
-    return true;
-  }
-
- private:
-  // How long a thread spins before it sleeps: a few times the cost of a wake-up, short enough that idle
-  // workers give the core back well within a test's or a program's pause between kernels.
-  static constexpr auto kSpin = std::chrono::microseconds(200);
-
-  template <class Ready>
-  static bool spin_until(Ready ready) {
-    const auto until = std::chrono::steady_clock::now() + kSpin;
-    for (unsigned n = 1;; ++n) {
-      if (ready()) return true;
-      if (n % 64 == 0 && std::chrono::steady_clock::now() > until) return false;
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    }
-  }
-
-  void serve(int id) {
-    unsigned long seen = 0;
-    for (;;) {
-      const auto arrived = [&] { return generation_.load(std::memory_order_acquire) != seen; };
-      const bool spun = spin_until(arrived);
-      // Under the lock, the launch and its size are read together: a worker left out of one launch must not
-      // take the next launch's size with the generation it skipped.
-      std::unique_lock<std::mutex> lock(state_);
-      if (!spun) wake_.wait(lock, arrived);
-      seen = generation_.load(std::memory_order_relaxed);
-      if (id >= job_workers_) continue;  // a smaller launch than the pool
-      const std::function<void(int)>* job = job_;
-      lock.unlock();
-      (*job)(id);
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard<std::mutex> lock(state_);  // the launcher checks pending_ under it before sleeping
-        finished_.notify_one();
-      }
-    }
-  }
-
-  std::mutex in_use_;
-  std::mutex state_;
-  std::condition_variable wake_, finished_;
-  const std::function<void(int)>* job_ = nullptr;
-  int job_workers_ = 0, started_ = 0;
-  std::atomic<int> pending_{0};
-  std::atomic<unsigned long> generation_{0};
-};
-
-// The process's pool, made on first use and never destroyed: a destructor at exit would wait on threads that
-// may be gone. A forked child (the audit's workers) makes its own: the parent's threads do not exist there.
-inline WorkerPool& worker_pool() {
-  static std::mutex guard;
-  static WorkerPool* pool = nullptr;
-  static pid_t owner = 0;
-  std::lock_guard<std::mutex> lock(guard);
-  if (pool == nullptr || owner != getpid()) {
-    pool = new WorkerPool();
-    owner = getpid();
-  }
-  return *pool;
-}
+// Runs `share(context, w)` for every w in [0, workers): share(context, 0) on the calling thread, the others
+// on the process's worker pool (runtime.cpp); returns once all have, rethrowing the first failure.
+SHIMKIT_RUNTIME_API void run_shares(int workers, void (*share)(void*, int), void* context);
 
 // Runs the grid; returns 0, or -1 with last_error set.
 template <Execution E, class Body>
@@ -494,22 +263,16 @@ inline int launch(const Dispatch& d, Body body) {
       run_groups<E>(d, 0, total, body);
       return 0;
     }
-    std::vector<std::exception_ptr> failures(workers);
-    const std::function<void(int)> share = [&](int w) {
-      try {
-        run_groups<E>(d, total * w / workers, total * (w + 1) / workers, body);
-      } catch (...) {
-        failures[w] = std::current_exception();
-      }
-    };
-    if (!worker_pool().try_run(workers, share)) {
-      std::vector<std::thread> own;
-      for (int w = 1; w < workers; ++w) own.emplace_back(share, w);
-      share(0);
-      for (auto& t : own) t.join();
-    }
-    for (auto& f : failures)
-      if (f) std::rethrow_exception(f);
+    struct Shares {
+      const Dispatch& d;
+      unsigned long total;
+      int workers;
+      Body& body;
+    } shares{d, total, workers, body};
+    run_shares(workers, [](void* context, int w) {
+      Shares& s = *static_cast<Shares*>(context);
+      run_groups<E>(s.d, s.total * w / s.workers, s.total * (w + 1) / s.workers, s.body);
+    }, &shares);
     return 0;
   } catch (const std::exception& e) {
     last_error = e.what();
