@@ -4,7 +4,9 @@ inactive lanes), half/bfloat rounding, atomics, vectors and swizzles; and the er
 
 from __future__ import annotations
 
+import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -368,9 +370,10 @@ def test_max_and_min_take_the_number_where_one_side_is_nan(pairs):
                                    equal_nan=True)
 
 
-AXPB = compile_shader("""
+AXPB_SOURCE = """
 kernel void axpb(device float* y, constant float* x, uint i [[thread_position_in_grid]]) { y[i] = 2 * x[i] + 1; }
-""")
+"""
+AXPB = compile_shader(AXPB_SOURCE)
 
 
 def _axpb_in_forked_child(size: int) -> None:
@@ -417,6 +420,51 @@ def test_launches_from_several_host_threads_at_once_each_compute_their_own_grid(
             y = torch.full((size,), float("nan"))
             AXPB.axpb(y, x, threads=size)
             if not torch.equal(y, 2 * x + 1):
+                return False
+        return True
+
+    with ThreadPoolExecutor(4) as host_threads:
+        assert all(host_threads.map(launch_again_and_again, range(4)))
+
+
+def _needed(library: Path) -> list[str]:
+    dynamic = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[(libshimkit_metal_runtime_\w+\.so)\]", dynamic)
+
+
+def test_kernel_libraries_link_one_runtime_per_set_of_flags_and_share_its_worker_pool():
+    """The worker pool, the fiber scheduler and the lane records are compiled once per set of flags
+    (shimkit_metal/runtime.cpp) into a library every kernel library needs, not into each of them: libraries
+    of one set of flags need the same runtime and hold no pool of their own, a build with other flags
+    (ucontext fibers) needs another, and launches of two libraries from host threads at once each compute
+    their own grid on the one pool."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    source = ("kernel void axpc(device float* y, constant float* x, uint i [[thread_position_in_grid]]) "
+              "{ y[i] = 3 * x[i] - 1; }")
+    plain, _ = compile_library(source)
+    fibers_by_ucontext, _ = compile_library(source, ucontext_fibers=True)
+    axpb, _ = compile_library(AXPB_SOURCE)
+    runtimes = [_needed(Path(axpb._name)), _needed(Path(plain._name)), _needed(Path(fibers_by_ucontext._name))]
+    assert runtimes[0] == runtimes[1] and len(runtimes[0]) == 1
+    assert len(runtimes[2]) == 1 and runtimes[2] != runtimes[0]
+    symbols = subprocess.run(["nm", "-C", plain._name], capture_output=True, text=True, check=True).stdout
+    assert "WorkerPool" not in symbols and "Scheduler" not in symbols
+
+    other = compile_shader(source)
+    size = 1 << 17
+
+    def launch_again_and_again(which: int) -> bool:
+        x = torch.arange(size, dtype=torch.float32) + which
+        for _ in range(25):
+            y = torch.full((size,), float("nan"))
+            if which % 2:
+                other.axpc(y, x, threads=size)
+                expected = 3 * x - 1
+            else:
+                AXPB.axpb(y, x, threads=size)
+                expected = 2 * x + 1
+            if not torch.equal(y, expected):
                 return False
         return True
 

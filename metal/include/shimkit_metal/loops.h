@@ -40,8 +40,14 @@ namespace shimkit_metal {
 constexpr uint kMaxGroupThreads = 1024;
 
 // The running worker thread's lane records and replays for a group of `count` threads (runtime.cpp: kept
-// from group to group).
-SHIMKIT_RUNTIME_API Fiber* lane_records(uint count, LaneReplay*& replays);
+// from group to group). Returned by value: a group that handed the runtime the address of a member would
+// have escaped, and GCC would reload its fields after every store through a kernel's pointer (a tree
+// reduction's loop no longer split and vectorised: 8 times slower).
+struct LaneStorage {
+  Fiber* lanes;
+  LaneReplay* replays;
+};
+SHIMKIT_RUNTIME_API LaneStorage lane_storage(uint count);
 
 // `p`, hidden from the optimiser: a group function reaches threadgroup memory (a thread_local) through
 // it, so that its address is computed once per group instead of at uses inside the regions' loops.
@@ -64,7 +70,9 @@ class LoopGroup {
     if (count > kMaxGroupThreads)
       throw std::runtime_error("threadgroup of " + std::to_string(count) + " threads: Metal allows at most " +
                                std::to_string(kMaxGroupThreads));
-    lanes_ = lane_records(count, replays_);
+    const LaneStorage storage = lane_storage(count);
+    lanes_ = storage.lanes;
+    replays_ = storage.replays;
     // A group along one axis (Inductor's reductions are 1 x 1024) places its index on that axis, with no
     // division per thread.
     axis_ = base.group_size[1] == 1 && base.group_size[2] == 1   ? 0

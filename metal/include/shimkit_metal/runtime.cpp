@@ -15,7 +15,7 @@
 
 namespace shimkit_metal {
 
-thread_local Executing executing;
+constinit thread_local Executing executing;
 
 void not_cooperative(const char* what) {
   throw std::logic_error(std::string(what) +
@@ -189,13 +189,12 @@ void run_fiber_groups(const Dispatch& d, unsigned long begin, unsigned long end,
 // ---- split groups (loops.h) ----
 
 // A thread's lane record is a few hundred bytes: kept per worker thread, grown to the largest group.
-Fiber* lane_records(uint count, LaneReplay*& replays) {
+LaneStorage lane_storage(uint count) {
   thread_local std::vector<Fiber> lanes;
-  thread_local std::vector<LaneReplay> replayed;
+  thread_local std::vector<LaneReplay> replays;
   if (lanes.size() < count) lanes.resize(count);
-  if (replayed.size() < count) replayed.resize(count);
-  replays = replayed.data();
-  return lanes.data();
+  if (replays.size() < count) replays.resize(count);
+  return {lanes.data(), replays.data()};
 }
 
 // ---- the worker pool ----

@@ -76,7 +76,7 @@ struct Executing {
 // What runtime.cpp exports; the libraries are compiled with hidden visibility.
 #define SHIMKIT_RUNTIME_API __attribute__((visibility("default")))
 
-SHIMKIT_RUNTIME_API extern thread_local Executing executing;
+SHIMKIT_RUNTIME_API extern thread_local constinit Executing executing;
 
 [[noreturn]] SHIMKIT_RUNTIME_API void not_cooperative(const char* what);
 
