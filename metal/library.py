@@ -16,6 +16,7 @@ import os
 import re
 import struct
 import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -103,25 +104,27 @@ def compile_library(source: str, *, sanitize: bool | None = None, ucontext_fiber
             if key in _compiled:
                 return _compiled[key]
         compiler = compiler_command()
-        translation = _translation(source, split_barriers)
-        cpp = f'#include "metal_stdlib"\n{translation.cpp_for(subset)}'
         flags = (list(FLAGS) + _half_rounding_flags(tuple(compiler)) + _simd_flags(tuple(compiler))
                  + (list(SANITIZER_FLAGS) if sanitize else [])
                  + (["-DSHIMKIT_METAL_UCONTEXT"] if ucontext_fibers else []))
         store = default_store()
+        # Built meanwhile, in an empty build folder, beside the translation and the precompiled header.
+        runtime = _runtime_build(store, tuple(compiler), tuple(flags), os.getpid())
+        translation = _translation(source, split_barriers)
+        cpp = f'#include "metal_stdlib"\n{translation.cpp_for(subset)}'
         entry = store.key("metal-library", [CACHE_FORMAT, *compiler, *flags, _headers_digest(), cpp])
-
-        runtime = _runtime_in(store, tuple(compiler), tuple(flags))
 
         def produce(staging: Path) -> None:
             (staging / "library.cpp").write_text(cpp)  # kept beside the library, to read
-            done = run_compiler([*compiler, *flags, *_precompiled_header(tuple(compiler), tuple(flags)),
-                                 f"-I{INCLUDE_DIR}", str(staging / "library.cpp"), str(runtime),
-                                 f"-Wl,-rpath,{runtime.parent}", "-o", str(staging / "library.so")])
+            header = _precompiled_header(tuple(compiler), tuple(flags))
+            linked = runtime.result()
+            done = run_compiler([*compiler, *flags, *header, f"-I{INCLUDE_DIR}", str(staging / "library.cpp"),
+                                 str(linked), f"-Wl,-rpath,{linked.parent}", "-o", str(staging / "library.so")])
             if done.returncode != 0:
                 raise MetalCompileError(_compile_message(done.stderr, source))
 
         library_path = store.build("metal-library", entry, produce) / "library.so"
+        runtime.result()  # loaded: the library finds it by its name
         library = ctypes.CDLL(str(library_path))
         with _lock:
             _compiled[key] = (library, translation)
@@ -185,6 +188,21 @@ def _precompiled_in(store: Store, compiler: tuple[str, ...], flags: tuple[str, .
 
 
 @functools.lru_cache(maxsize=None)
+def _runtime_build(store: Store, compiler: tuple[str, ...], flags: tuple[str, ...], process: int) -> Future:
+    """:func:`_runtime_in`, started on a thread of its own; once per ``process`` (a forked child starts its
+    own: the thread that would finish its parent's is not there)."""
+    built: Future = Future()
+
+    def build() -> None:
+        try:
+            built.set_result(_runtime_in(store, compiler, flags))
+        except BaseException as error:  # handed to whoever waits for it
+            built.set_exception(error)
+
+    threading.Thread(target=build, name="shimkit-metal-runtime", daemon=True).start()
+    return built
+
+
 def _runtime_in(store: Store, compiler: tuple[str, ...], flags: tuple[str, ...]) -> Path:
     """The shared library of ``shimkit_metal/runtime.cpp`` (the worker pool, the fiber scheduler, the lane
     records) compiled with the kernel libraries' ``flags``, loaded: the libraries linked against it find it
