@@ -199,7 +199,9 @@ def _runtime_build(store: Store, compiler: tuple[str, ...], flags: tuple[str, ..
         except BaseException as error:  # handed to whoever waits for it
             built.set_exception(error)
 
-    threading.Thread(target=build, name="shimkit-metal-runtime", daemon=True).start()
+    # Not a daemon: a process that ends meanwhile (a Ctrl-C) waits for it, and leaves no compiler running and
+    # no half-built entry behind.
+    threading.Thread(target=build, name="shimkit-metal-runtime").start()
     return built
 
 
