@@ -13,6 +13,7 @@ from shimkit.audit.loader import load_model
 from shimkit.audit.options import AuditOptions
 from shimkit.audit.report import to_json
 from shimkit.audit.runner import AuditRun, audit_loaded, export_model, run_audit
+from shimkit.audit.speed import lowering_ahead
 
 
 def audit_model(spec: str, options: AuditOptions, *, cache: AuditCache | None = None,
@@ -46,6 +47,7 @@ def audit_model(spec: str, options: AuditOptions, *, cache: AuditCache | None = 
     if stored is not None:
         return {**stored, "name": spec, "cached": True}
     loaded.exported = exported
+    lowering_ahead()
     config = registry.backend_config(options.target.device) if options.plugins else None
     audit = audit_loaded(loaded, config=config, options=options)
     audit.timings["export"] = export_seconds
@@ -58,4 +60,5 @@ def audit_model(spec: str, options: AuditOptions, *, cache: AuditCache | None = 
 
 
 def _audited(spec: str, options: AuditOptions, registry: Any) -> dict[str, Any]:
+    lowering_ahead()
     return to_json(run_audit([spec], options, registry=registry))["models"][0]

@@ -42,7 +42,7 @@ from shimkit.store import KEY_CHARS, EnvironmentFailure, default_store, digest_o
 
 # torch's ScalarType codes, which the AOTI ABI passes as int32, asked of libtorch (its aoti_torch_dtype_*
 # getters), as runtime/native reads them from shimkit/c10_codes.h.
-_LIBTORCH = ctypes.CDLL(str(Path(torch.__file__).resolve().parent / "lib" / "libtorch_cpu.so"))
+_LIBTORCH = ctypes.CDLL(str(package_folder("torch") / "lib" / "libtorch_cpu.so"))
 DTYPE_CODES = {dtype: getattr(_LIBTORCH, f"aoti_torch_dtype_{str(dtype).removeprefix('torch.')}")()
                for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
                              torch.float32, torch.float64, torch.bool, torch.bfloat16)}

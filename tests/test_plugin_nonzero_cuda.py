@@ -33,6 +33,7 @@ from shimkit.audit.runner import ModelAudit, audit_loaded
 from shimkit.audit.targets import TARGETS
 from shimkit.backend import new_registry
 from shimkit.cli import main as shimkit_main
+from shimkit.csrc.build import torch_include
 from shimkit.integration import registry_backend
 from shimkit.runtime.generated import cmake_snippet
 
@@ -43,7 +44,7 @@ SHIM_SOURCE = KERNEL_DIR / "nonzero_shim_cuda.cu"
 SIZE_ACCESSOR = KERNEL_DIR / "aoti_torch_get_size.cpp"
 RECORDED = "at::_ops::nonzero::call"
 SYMBOL = "aoti_torch_cuda_nonzero"
-TORCH_INCLUDE = Path(torch.__file__).resolve().parent / "include" / "torch" / "csrc" / "inductor" / "aoti_torch"
+TORCH_INCLUDE = torch_include() / "torch" / "csrc" / "inductor" / "aoti_torch"
 
 
 def _tool(name: str) -> ModuleType:

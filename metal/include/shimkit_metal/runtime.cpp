@@ -153,8 +153,7 @@ void fiber_yield(Wait why) { executing.scheduler->yield(why); }
 
 void run_fiber_groups(const Dispatch& d, unsigned long begin, unsigned long end,
                       void (*body)(void*, const ThreadInfo&), void* context) {
-  const unsigned long groups[3] = {groups_along(d.threads[0], d.group[0]), groups_along(d.threads[1], d.group[1]),
-                                   groups_along(d.threads[2], d.group[2])};
+  const GridGroups groups = grid_groups(d);
   Scheduler scheduler;
   scheduler.body = body;
   scheduler.context = context;

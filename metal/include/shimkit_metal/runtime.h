@@ -161,24 +161,39 @@ inline unsigned long groups_along(unsigned long threads, unsigned long group) {
   return threads == 0 ? 0 : (threads + group - 1) / group;
 }
 
+// How many groups the grid has along each axis, and in all.
+struct GridGroups {
+  unsigned long along[3];
+  unsigned long total;
+};
+
+inline GridGroups grid_groups(const Dispatch& d) {
+  GridGroups g{{groups_along(d.threads[0], d.group[0]), groups_along(d.threads[1], d.group[1]),
+                groups_along(d.threads[2], d.group[2])},
+               0};
+  g.total = g.along[0] * g.along[1] * g.along[2];
+  return g;
+}
+
 // How a kernel's threads run: a row of a group's threads at a time (no barrier or simdgroup function: the
 // body takes the row's first thread and its length, and runs the row as one loop the compiler vectorises),
 // as loops split at its barriers (the body takes a whole group, its uniform fields and its thread count:
 // loops.h), or as cooperative fibers.
 enum class Execution { kRows, kSplit, kFibers };
 
-// The group `linear` of the grid (`groups`: how many along each axis): its uniform fields in `t`, its
-// size along each axis in `size` (an edge group may be partial); returns its thread count.
-inline uint place_group(const Dispatch& d, const unsigned long (&groups)[3], unsigned long linear, ThreadInfo& t,
+// The group `linear` of the grid: its uniform fields in `t`, its size along each axis in `size` (an edge
+// group may be partial); returns its thread count.
+inline uint place_group(const Dispatch& d, const GridGroups& grid, unsigned long linear, ThreadInfo& t,
                         uint (&size)[3]) {
-  const unsigned long g[3] = {linear % groups[0], (linear / groups[0]) % groups[1], linear / (groups[0] * groups[1])};
+  const unsigned long g[3] = {linear % grid.along[0], (linear / grid.along[0]) % grid.along[1],
+                             linear / (grid.along[0] * grid.along[1])};
   for (int k = 0; k < 3; ++k) {
     t.group[k] = static_cast<uint>(g[k]);
     const unsigned long start = g[k] * d.group[k];
     size[k] = static_cast<uint>(d.group[k] < d.threads[k] - start ? d.group[k] : d.threads[k] - start);
     t.group_size[k] = size[k];
     t.grid_size[k] = static_cast<uint>(d.threads[k]);
-    t.groups[k] = static_cast<uint>(groups[k]);
+    t.groups[k] = static_cast<uint>(grid.along[k]);
     t.grid[k] = static_cast<uint>(start);  // the group's first thread
   }
   const uint count = size[0] * size[1] * size[2];
@@ -196,8 +211,7 @@ inline void run_groups(const Dispatch& d, unsigned long begin, unsigned long end
     run_fiber_groups(d, begin, end, [](void* context, const ThreadInfo& t) { (*static_cast<Body*>(context))(t); },
                      &body);
   } else {
-    const unsigned long groups[3] = {groups_along(d.threads[0], d.group[0]), groups_along(d.threads[1], d.group[1]),
-                                     groups_along(d.threads[2], d.group[2])};
+    const GridGroups groups = grid_groups(d);
     for (unsigned long linear = begin; linear < end; ++linear) {
       ThreadInfo t{};
       uint size[3];
@@ -253,8 +267,7 @@ SHIMKIT_RUNTIME_API void run_shares(int workers, void (*share)(void*, int), void
 template <Execution E, class Body>
 inline int launch(const Dispatch& d, Body body) {
   try {
-    const unsigned long total = groups_along(d.threads[0], d.group[0]) * groups_along(d.threads[1], d.group[1]) *
-                                groups_along(d.threads[2], d.group[2]);
+    const unsigned long total = grid_groups(d).total;
     const unsigned long threads = d.threads[0] * d.threads[1] * d.threads[2];
     int workers = d.workers < 1 ? 1 : d.workers;
     if (static_cast<unsigned long>(workers) > total) workers = static_cast<int>(total);
