@@ -10,7 +10,7 @@
 * a 4096 x 4096 row reduction (one 1024-thread group per row, threadgroup memory, ``simd_sum`` and a
   barrier: cooperative fibers) vs eager ``x.sum(-1)``;
 * each of Inductor's Metal reductions from ``tests/test_metal_inductor.py`` at 1024 x 1024 (its kernels
-  run by shimkit.metal, the Python wrapper included) vs eager torch;
+  run by shimkit.metal, the Python wrapper included) vs eager torch, on all cores and on one thread;
 * a 1024 x 1024 row sum as a tree reduction in threadgroup memory (a barrier inside a loop, 256-thread
   groups) vs eager ``x.sum(1)``, and a 1024 x 1024 row softmax with ``simd_max`` / ``simd_sum`` and three
   barriers (1024-thread groups) vs eager ``torch.softmax`` (issue 30's two further kernels).
@@ -176,8 +176,21 @@ def inductor_reductions(repeat: int) -> None:
         else:
             assert torch.equal(got, expected)
         eager = median_seconds(lambda: fn(x), repeat)
+        one_thread = eager_on_one_thread(lambda: fn(x), repeat)
         print(f"Inductor {label} 1024x1024 ({'/'.join(executions)}): shimkit.metal {metal * 1e3:.1f} ms, "
-              f"eager {eager * 1e3:.2f} ms, ratio {metal / eager:.0f}x")
+              f"eager {eager * 1e3:.2f} ms, ratio {metal / eager:.0f}x; eager on one thread {one_thread * 1e3:.2f} ms, "
+              f"ratio {metal / one_thread:.1f}x")
+
+
+def eager_on_one_thread(fn, repeat: int) -> float:
+    """:func:`median_seconds` of ``fn`` with torch on one thread: the reference of issue 47's goals (and of
+    ``bench_pocl.py``)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return median_seconds(fn, repeat)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def main() -> int:
