@@ -678,10 +678,11 @@ def _run_command(args: argparse.Namespace) -> int:
         # audit with its report (a Ctrl-C inside an import left a traceback and no report).
         with _quiet_libraries():  # ExecuTorch imports torchao, which logs the libraries it could not load
             import shimkit.audit.parallel, shimkit.audit.zoo  # noqa: F401
-            # One model the cache may answer needs no lowering modules (a hit: 6.6 s with them, 4 s without).
-            # Under --timeout they are imported here all the same: in the worker they would count against it.
-            may_be_cached = not args.no_cache and len(args.models) == 1 and not args.suite and args.timeout is None
-            freeze_imported_heap(lowering=not may_be_cached)
+            # A model the cache answers needs no lowering modules (a hit: 6.6 s with them, 4 s without). They
+            # are imported first where a model is surely lowered, where each forked worker would import them
+            # again, and where the import would count against --timeout; else by the first model lowered.
+            several_in_workers = (len(args.models) != 1 or bool(args.suite)) and (args.jobs > 1 or args.execute)
+            freeze_imported_heap(lowering=args.no_cache or args.timeout is not None or several_in_workers)
     if held:
         return _write(_interrupted_report(args, "before the first model"), args.json, sys.stdout)
     rendered = io.StringIO()

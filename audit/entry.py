@@ -60,5 +60,4 @@ def audit_model(spec: str, options: AuditOptions, *, cache: AuditCache | None = 
 
 
 def _audited(spec: str, options: AuditOptions, registry: Any) -> dict[str, Any]:
-    lowering_ahead()
     return to_json(run_audit([spec], options, registry=registry))["models"][0]
