@@ -280,6 +280,13 @@ def _pickle_trust(trusted: bool) -> Iterator[None]:
         patches.undo()
 
 
+def _in_workers(args: argparse.Namespace, models: int) -> bool:
+    """Whether ``models`` models are audited in forked workers. A timeout can only stop a process, and a
+    compiled program that crashes (--execute) must take down a worker, not the audit: then even one model
+    goes to a worker."""
+    return models > 0 and ((args.jobs > 1 and models > 1) or args.timeout is not None or args.execute)
+
+
 def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
@@ -332,10 +339,7 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
         specs = shard(specs, args.shard)
     cache = None if args.no_cache else AuditCache(args.cache_dir or default_cache_dir())
     timeout = args.timeout
-    # A timeout can only stop a process, and a compiled program that crashes (--execute) must take down a
-    # worker, not the audit: then even one model goes to a worker.
-    in_workers = bool(specs) and ((jobs > 1 and len(specs) > 1) or timeout is not None
-                                  or options.numerics is Numerics.EXECUTE)
+    in_workers = _in_workers(args, len(specs))
     progress = None if args.quiet else _progress(stderr)
     try:
         # What models and factories print goes to stderr: stdout carries the report alone.
@@ -681,8 +685,9 @@ def _run_command(args: argparse.Namespace) -> int:
             # A model the cache answers needs no lowering modules (a hit: 6.6 s with them, 4 s without). They
             # are imported first where a model is surely lowered, where each forked worker would import them
             # again, and where the import would count against --timeout; else by the first model lowered.
-            several_in_workers = (len(args.models) != 1 or bool(args.suite)) and (args.jobs > 1 or args.execute)
-            freeze_imported_heap(lowering=args.no_cache or args.timeout is not None or several_in_workers)
+            several = len(args.models) != 1 or bool(args.suite)
+            freeze_imported_heap(lowering=args.no_cache or args.timeout is not None
+                                 or (several and _in_workers(args, models=2)))
     if held:
         return _write(_interrupted_report(args, "before the first model"), args.json, sys.stdout)
     rendered = io.StringIO()

@@ -8,8 +8,9 @@ identical reports. ``benchmarks/bench_audit.py`` measures them (docs/audit.md, "
   shimkit's own. A process that has imported torch, Inductor and ExecuTorch holds about half a
   million tracked objects that no model's lowering frees; every full collection (about one per
   CNN-sized model) walked all of them, 0.2–0.3 s each. The command moves them to the permanent
-  generation once, after its imports, the way CPython's documentation advises for a server before
-  it forks. The library (:func:`~shimkit.audit.runner.run_audit`) never touches the collector: in a
+  generation after its imports, the way CPython's documentation advises for a server before it
+  forks, and again after the lowering modules where it imports those only for a model the audit
+  cache did not answer (:func:`lowering_ahead`). The library (:func:`~shimkit.audit.runner.run_audit`) never touches the collector: in a
   user's process (a notebook, a pytest run, a server) the collector's state is not shimkit's.
 * :func:`cia_ops_materialized_once` — ``ExportedProgram.run_decompositions`` and ExecuTorch's
   decomposition table ask torch for every CompositeImplicitAutograd op
@@ -42,7 +43,7 @@ def freeze_imported_heap(*, lowering: bool = True) -> None:
     rest of the process. Call it after the heavy imports, only from a process shimkit owns.
 
     With ``lowering`` the lowering modules are imported first, so that they are frozen too; without it
-    (one model the audit cache may answer) :func:`lowering_ahead` imports and freezes them if a model is
+    (models the audit cache may answer) :func:`lowering_ahead` imports and freezes them if a model is
     lowered after all."""
     global _command_process
     _command_process = True
