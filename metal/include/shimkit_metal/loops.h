@@ -126,18 +126,21 @@ class LoopGroup {
     // check's reverse order, lane records, threads that returned), and while no thread has returned, one
     // over the group with no test at all and one that reads the mask eight threads at a time (eight in:
     // no test; none in: skipped, so that a branch's few threads cost no pass over the whole group).
+    // The count in a local: a kernel's store through a pointer may alias the group for all the compiler
+    // knows, and a bound reloaded after each store leaves a loop uncounted (not unrolled, not vectorised).
+    const uint count = count_;
     if (reverse_ || mode != LoopMode::kOff || !everyone_) {
-      for (uint k = 0; k < count_; ++k) run(reverse_ ? count_ - 1 - k : k);
+      for (uint k = 0; k < count; ++k) run(reverse_ ? count - 1 - k : k);
     } else if (mask == alive) {
       // Unrolled: a region's body is a few instructions per thread, and one taken branch per thread
       // bounded the loop (a tree reduction 25% faster, Inductor's row sum 11%; eight gained nothing more).
 #pragma GCC unroll 4
-      for (uint t = 0; t < count_; ++t)
+      for (uint t = 0; t < count; ++t)
         if (!region(t)) leave(t);
     } else {
-      for (uint t = 0; t < count_; t += 8) {
+      for (uint t = 0; t < count; t += 8) {
         unsigned long long word = 1;  // a partial last eight: test each thread
-        const uint end = t + 8 < count_ ? t + 8 : count_;
+        const uint end = t + 8 < count ? t + 8 : count;
         if (end == t + 8) std::memcpy(&word, mask + t, sizeof(word));
         if (word == kAllEight) {  // eight threads: a loop of constant length, unrolled
           for (uint k = t; k < t + 8; ++k)
