@@ -10,8 +10,9 @@ identical reports. ``benchmarks/bench_audit.py`` measures them (docs/audit.md, "
   CNN-sized model) walked all of them, 0.2–0.3 s each. The command moves them to the permanent
   generation after its imports, the way CPython's documentation advises for a server before it
   forks, and again after the lowering modules where it imports those only for a model the audit
-  cache did not answer (:func:`lowering_ahead`). The library (:func:`~shimkit.audit.runner.run_audit`) never touches the collector: in a
-  user's process (a notebook, a pytest run, a server) the collector's state is not shimkit's.
+  cache did not answer (:func:`lowering_ahead`). The library
+  (:func:`~shimkit.audit.runner.run_audit`) never touches the collector: in a user's process (a
+  notebook, a pytest run, a server) the collector's state is not shimkit's.
 * :func:`cia_ops_materialized_once` — ``ExportedProgram.run_decompositions`` and ExecuTorch's
   decomposition table ask torch for every CompositeImplicitAutograd op
   (``torch._export.utils._collect_all_valid_cia_ops``), twice per model. That walks each of the ~40

@@ -34,17 +34,21 @@ def matrix_exp_decomposition(self: torch.Tensor) -> torch.Tensor:
                            f"{self.shape[-2] if self.dim() >= 2 else 1} by {self.shape[-1]} matrices")
     if self.numel() == 0:
         return self.clone()
-    norm = self.abs().sum(-2).amax(-1)  # the operator 1-norm: the largest column sum
+    n = self.shape[-1]
+    # One batch dimension, so that each of the 82 products is a plain bmm: `@` on any other rank is
+    # matmul's composite, traced again per product (reshapes and expands of every batch size).
+    matrices = self.reshape(-1, n, n)
+    norm = matrices.abs().sum(-2).amax(-1)  # the operator 1-norm: the largest column sum
     squarings = torch.clamp(torch.ceil(torch.log2(norm / THETA_18)), min=0, max=MAX_SQUARINGS)
     squarings = torch.where(norm.isnan(), 0.0, squarings)
-    scaled = self / torch.exp2(squarings)[..., None, None]
-    identity = torch.eye(self.shape[-1], dtype=self.dtype, device=self.device).expand_as(self)
+    scaled = matrices / torch.exp2(squarings)[:, None, None]
+    identity = torch.eye(n, dtype=self.dtype, device=self.device).expand_as(matrices)
     result = identity
     for k in range(TAYLOR_DEGREE, 0, -1):  # I + A/1 (I + A/2 (I + ... (I + A/18)))
-        result = identity + (scaled @ result) / k
+        result = identity + torch.bmm(scaled, result) / k
     for step in range(MAX_SQUARINGS):
-        result = torch.where((step < squarings)[..., None, None], result @ result, result)
-    return result
+        result = torch.where((step < squarings)[:, None, None], torch.bmm(result, result), result)
+    return result.reshape(self.shape)
 
 
 def matrix_exp_calls():
