@@ -38,6 +38,9 @@ ON_MACOS = sys.platform == "darwin"
 METAL_FRAMEWORKS = ("Metal", "MetalPerformanceShadersGraph", "Foundation")
 # The one c-shim adapter behind every plugin MSL kernel (ExecuTorch's Metal runtime only).
 MSL_ADAPTER = str(SOURCE_DIR / "msl" / "msl_elementwise.mm")
+# Read once, here: sysconfig fills its variables on first use without a lock, so threads that ask at once
+# (a program's parts compile side by side) could read an empty table, get ``c++`` and key their objects apart.
+PYTHON_CXX = sysconfig.get_config_var("CXX")
 SANITIZER_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                    "-fno-omit-frame-pointer", "-g", "-O1")
 
@@ -144,7 +147,7 @@ def compiler_command() -> list[str]:
     """The host C++ compiler: ``$CXX``, else the one Python was built with, else ``c++``. Everything shimkit
     compiles, and ``csrc/sanitize.sh``'s sanitizer runtimes, come from this one (``python -m shimkit.csrc
     compiler`` prints it)."""
-    return shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")
+    return shlex.split(os.environ.get("CXX") or PYTHON_CXX or "c++")
 
 
 def sanitize_requested() -> bool:

@@ -150,6 +150,27 @@ def test_the_sanitizer_run_asks_for_the_compiler_shimkit_builds_with(monkeypatch
     assert shlex.split(capsys.readouterr().out) == build.compiler_command() == ["ccache", "g++ 13"]
 
 
+def test_threads_asking_for_the_compiler_at_once_in_a_new_process_all_get_the_same_one():
+    """sysconfig fills its table on first use without a lock: threads that asked at once (a program's parts
+    compiling side by side) read an empty one, got ``c++`` and keyed their objects apart from ``g++``'s."""
+    script = """
+import sys, sysconfig, threading
+from shimkit.csrc.build import compiler_command
+start, found = threading.Barrier(16), []
+def ask():
+    start.wait()
+    found.append(tuple(compiler_command()))
+threads = [threading.Thread(target=ask) for _ in range(16)]
+for thread in threads: thread.start()
+for thread in threads: thread.join()
+print(sorted(set(found)) == [tuple(compiler_command())], sysconfig.get_config_var("CXX"))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "CXX"}
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+        assert done.stdout.split()[0] == "True", done.stdout + done.stderr
+
+
 PLUGIN_KERNEL = r"""
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
