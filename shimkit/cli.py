@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 PLUGINS_SCHEMA_VERSION = 1
@@ -155,10 +156,65 @@ def _size(count: int) -> str:
     return f"{value:.1f} GiB"
 
 
+# What `shimkit cache prebuild` compiles through shimkit.metal: a barrier-free kernel (its runtime library
+# and metal_stdlib's precompiled header) and a cooperative one (libclang's precompiled header for the split).
+_PREBUILD_KERNELS = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void shimkit_prebuild_fill(device float* out, uint i [[thread_position_in_grid]]) { out[i] = 0; }
+kernel void shimkit_prebuild_group(device float* out, uint i [[thread_position_in_threadgroup]]) {
+  threadgroup float shared[32];
+  shared[i % 32] = i;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[i] = shared[0];
+}
+"""
+
+
+def _prebuild(root: str | None) -> tuple[Path, int, int]:
+    """Builds what every program needs and no model decides (the stand-in runtime's objects, shimkit.metal's
+    runtime library and precompiled headers) into ``root`` (default: the environment's prebuilt store)."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shimkit import store as artifacts
+
+    target = root or artifacts.prebuilt_root()
+    if target is None:
+        raise artifacts.EnvironmentFailure(f"no prebuilt store: ${artifacts.PREBUILT_ENV} is empty")
+    # Every build below takes its store from these: the target, and nothing prebuilt elsewhere.
+    saved = {name: os.environ.get(name) for name in (artifacts.ROOT_ENV, artifacts.PREBUILT_ENV)}
+    os.environ[artifacts.ROOT_ENV] = str(target)
+    os.environ[artifacts.PREBUILT_ENV] = ""
+    try:
+        from shimkit.csrc.build import compile_objects
+        from shimkit.metal.library import compile_shader
+        from shimkit.runtime.sources import compile_arguments, runtime_sources
+
+        arguments = compile_arguments()
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # each compile takes a job slot
+            builds = [pool.submit(compile_objects, [source], **arguments) for source in runtime_sources(())]
+            builds.append(pool.submit(compile_shader, _PREBUILD_KERNELS))
+            for build in builds:
+                build.result()
+        rows = artifacts.usage(artifacts.default_store())
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return Path(target), sum(u.entries for u in rows), sum(u.bytes for u in rows)
+
+
 def _cmd_cache(args: argparse.Namespace) -> int:
     from shimkit import store as artifacts
 
     try:
+        if args.action == "prebuild":
+            target, entries, size = _prebuild(args.root)
+            print(f"{entries} entries ({_size(size)}) in {target}")
+            return 0
         store = artifacts.Store(args.root) if args.root else artifacts.default_store()
         if args.action == "clean":
             removed, freed = artifacts.clean(store, args.kind or None)
@@ -201,6 +257,9 @@ def _configure_cache(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action")
     clean = actions.add_parser("clean", help="remove every entry no running process is building")
     prune = actions.add_parser("prune", help="remove the least recently used entries until the store fits")
+    actions.add_parser("prebuild", help="build what every program needs into the environment's read-only store "
+                                        "($SHIMKIT_PREBUILT_DIR, default <sys.prefix>/share/shimkit/prebuilt; "
+                                        "--root: there instead)")
     prune.add_argument("--max-size", required=True, type=_max_size, metavar="SIZE",
                        help="what the store may keep, in bytes or with K, M, G (e.g. 2G)")
     for action in (clean, prune):

@@ -17,6 +17,12 @@ threat found in shimkit's earlier caches (docs/reliability.md):
   following symlinks) into a private staging folder, ``fsync``\\ s every file and the manifest, then renames
   the folder into place: readers see a whole entry or none, and processes that need the same entry at once
   build it once. A failed build leaves nothing behind.
+* **Prebuilt entries are read, never written.** ``shimkit cache prebuild`` (which ``./dev setup`` runs)
+  builds what every program needs into the Python environment's own store,
+  ``$SHIMKIT_PREBUILT_DIR`` (default ``<sys.prefix>/share/shimkit/prebuilt``; empty: none), as POCL
+  installs its kernel library. A lookup the root misses is answered from there, under the same rules: the
+  folder refused unless it is the user's or root's and writable by no one else, every entry verified.
+  Nothing is built, pruned or cleaned there.
 * **Bounded.** Every use marks an entry used (its folder's mtime); once a process has written more than a
   share of the cap, the least recently used entries are evicted until the store fits
   (``$SHIMKIT_STORE_MAX_SIZE``, default 8 GiB). :func:`prune` and :func:`clean` remove entries safely while
@@ -45,6 +51,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 FORMAT = 1
 MANIFEST = "manifest.json"
 ROOT_ENV = "SHIMKIT_BUILD_DIR"
+PREBUILT_ENV = "SHIMKIT_PREBUILT_DIR"
 MAX_SIZE_ENV = "SHIMKIT_STORE_MAX_SIZE"
 DEFAULT_MAX_BYTES = 8 << 30
 KEY_CHARS = 32  # 128 bits of SHA-256: the one length every entry name has
@@ -123,6 +130,15 @@ def user_cache_root() -> Path:
     return Path(base) / "shimkit"
 
 
+def prebuilt_root() -> Path | None:
+    """The environment's read-only store: ``$SHIMKIT_PREBUILT_DIR`` (empty: none), else
+    ``<sys.prefix>/share/shimkit/prebuilt``, beside the environment's packages."""
+    configured = os.environ.get(PREBUILT_ENV)
+    if configured is not None:
+        return Path(configured) if configured else None
+    return Path(sys.prefix) / "share" / "shimkit" / "prebuilt"
+
+
 @dataclass(frozen=True)
 class Usage:
     """What one kind of entry takes in a store: :func:`usage`'s rows."""
@@ -133,10 +149,13 @@ class Usage:
 
 
 class Store:
-    """The entries under ``root`` (checked and created on first use; see the module docstring)."""
+    """The entries under ``root`` (checked and created on first use; see the module docstring), and those of
+    the read-only store ``prebuilt`` where ``root`` has none."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], prebuilt: str | os.PathLike[str] | None = None) -> None:
         self.root = Path(root)
+        self.prebuilt = Path(prebuilt) if prebuilt else None
+        self._prebuilt_refusal: str | None = None
         self._checked = False
         self._written = 0
         self._reported: set[Path] = set()
@@ -145,7 +164,7 @@ class Store:
 
     def __reduce__(self) -> tuple:
         # A spawned worker (CUDA audits) gets the store by its root: its lock and memos are this process's.
-        return (type(self), (self.root,))
+        return (type(self), (self.root, self.prebuilt))
 
     # -- the root ------------------------------------------------------------------------------------------
 
@@ -188,10 +207,34 @@ class Store:
         """The folder of the verified entry ``key`` of ``kind``, marked used; ``None`` where there is none or it
         fails verification."""
         folder = self.folder(kind, key)
-        if self._verify(folder, kind, key) is not None:
+        if self._verify(folder, kind, key) is None:
+            _touch(folder)
+            return folder
+        return self._prebuilt_entry(kind, key)
+
+    def _prebuilt_entry(self, kind: str, key: str) -> Path | None:
+        if self.prebuilt is None or not self._prebuilt_trusted():
             return None
-        _touch(folder)
-        return folder
+        folder = self.prebuilt / kind / key[:KEY_CHARS]
+        problem = self._verify(folder, kind, key)
+        if problem is None:
+            return folder
+        if problem != "absent":
+            self._report_once(folder, f"shimkit: not using the prebuilt artifact {folder}: it was {problem}")
+        return None
+
+    def _prebuilt_trusted(self) -> bool:
+        assert self.prebuilt is not None
+        if self._prebuilt_refusal is None:
+            try:
+                problem = _untrusted(os.lstat(self.prebuilt), owners=(os.geteuid(), 0))
+            except OSError:
+                problem = "absent"
+            self._prebuilt_refusal = problem or ""
+            if problem and problem != "absent":
+                self._report_once(self.prebuilt, f"shimkit: not using the prebuilt store {str(self.prebuilt)!r}: "
+                                                 f"{problem}; anything planted there would be loaded and run")
+        return not self._prebuilt_refusal
 
     def build(self, kind: str, key: str, produce: Callable[[Path], None], *,
               inputs: Mapping[str, str] | None = None) -> Path:
@@ -331,11 +374,14 @@ class Store:
         return tuple(states)
 
     def _report_rebuild(self, folder: Path, problem: str) -> None:
+        self._report_once(folder, f"shimkit: rebuilding the cached artifact {folder}: it was {problem}")
+
+    def _report_once(self, folder: Path, message: str) -> None:
         with self._lock:
             if folder in self._reported:
                 return
             self._reported.add(folder)
-        print(f"shimkit: rebuilding the cached artifact {folder}: it was {problem}", file=sys.stderr)
+        print(message, file=sys.stderr)
 
     # -- size --------------------------------------------------------------------------------------------------
 
@@ -365,12 +411,12 @@ class Store:
         return EnvironmentFailure(f"{what}: {reason}")
 
 
-def _untrusted(status: os.stat_result) -> str | None:
+def _untrusted(status: os.stat_result, owners: Sequence[int] | None = None) -> str | None:
     if stat.S_ISLNK(status.st_mode):
         return "it is a symlink"
     if not stat.S_ISDIR(status.st_mode):
         return "it is not a folder"
-    if status.st_uid != os.geteuid():
+    if status.st_uid not in (owners or (os.geteuid(),)):
         return f"it belongs to another user (uid {status.st_uid})"
     if status.st_mode & 0o022:
         return f"it is writable by {'group and others' if status.st_mode & 0o002 and status.st_mode & 0o020 else 'others' if status.st_mode & 0o002 else 'its group'} (mode {stat.S_IMODE(status.st_mode):o})"
@@ -497,16 +543,17 @@ def _remove_unless_locked(store: Store, entry: _Entry) -> bool:
         os.close(descriptor)
 
 
-_default: dict[Path, Store] = {}
+_default: dict[tuple[Path, Path | None], Store] = {}
 _default_lock = threading.Lock()
 
 
 def default_store(root: Path | None = None) -> Store:
-    """The process's store at ``root`` (default :func:`default_root`), one per root, so that what was verified
-    once is remembered."""
+    """The process's store at ``root`` (default :func:`default_root`) over :func:`prebuilt_root`, one per
+    pair, so that what was verified once is remembered."""
     root = root or default_root()
+    prebuilt = prebuilt_root()
     with _default_lock:
-        store = _default.get(root)
+        store = _default.get((root, prebuilt))
         if store is None:
-            store = _default[root] = Store(root)
+            store = _default[root, prebuilt] = Store(root, prebuilt)
         return store

@@ -2,15 +2,18 @@
 $XDG_CACHE_HOME by default, and a test must neither read a result another run left nor write to the
 user's cache (subprocesses inherit the variable). Builds stay where they were before any test moved
 $XDG_CACHE_HOME (pinned through $SHIMKIT_BUILD_DIR): the store verifies every entry before use, and
-rebuilding the runtime and every kernel per test would multiply the suite's time."""
+rebuilding the runtime and every kernel per test would multiply the suite's time. The environment's
+prebuilt store is left out ($SHIMKIT_PREBUILT_DIR empty): tests assert what is built and where, and the
+tests of that store give it one of their own."""
 
 import os
 
 import pytest
 
-from shimkit.store import ROOT_ENV, default_root
+from shimkit.store import PREBUILT_ENV, ROOT_ENV, default_root
 
 os.environ[ROOT_ENV] = str(default_root())
+os.environ[PREBUILT_ENV] = ""
 
 
 @pytest.fixture(autouse=True)

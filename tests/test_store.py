@@ -405,3 +405,77 @@ def test_a_store_and_an_audit_cache_reach_a_spawned_worker_by_their_root(tmp_pat
     assert copy.directory == cache.directory and copy.store is not cache.store
     copy.put("key", failure_entry("m", TaskFailure("export", "RuntimeError: no", 1.0)))
     assert cache.get("key")["failure"]["message"] == "RuntimeError: no"
+
+
+# -- the environment's prebuilt store ------------------------------------------------------------------------
+
+
+def test_a_lookup_the_root_misses_is_answered_from_the_prebuilt_store_which_is_never_written(tmp_path):
+    prebuilt = _entry(Store(tmp_path / "prebuilt"), name="shipped", text="from set-up")
+    store = Store(tmp_path / "user", tmp_path / "prebuilt")
+
+    def never(staging: Path) -> None:
+        raise AssertionError("a prebuilt entry was built again")
+
+    assert store.build("thing", store.key("thing", ["shipped"]), never) == prebuilt.parent
+    built = _entry(store, name="new", text="built here")
+    assert built.parent.parent.parent == tmp_path / "user" and built.read_text() == "built here"
+    assert sorted(p.name for p in (tmp_path / "prebuilt" / "thing").iterdir() if p.is_dir()) == [prebuilt.parent.name]
+    artifacts.clean(store)
+    assert prebuilt.read_text() == "from set-up"  # clean and prune work on the user's root only
+    assert store.lookup("thing", store.key("thing", ["shipped"])) == prebuilt.parent
+
+
+@pytest.mark.parametrize("problem", ["group-writable", "symlink", "damaged entry"])
+def test_a_prebuilt_store_or_entry_others_could_have_planted_is_not_used_and_said_so(tmp_path, problem, capsys):
+    prebuilt = _entry(Store(tmp_path / "prebuilt"), name="shipped")
+    root = tmp_path / "prebuilt"
+    if problem == "group-writable":
+        os.chmod(root, 0o770)
+    elif problem == "symlink":
+        os.rename(root, tmp_path / "real")
+        root.symlink_to(tmp_path / "real")
+    else:
+        prebuilt.write_text("planted!")
+    store = Store(tmp_path / "user", root)
+    key = store.key("thing", ["shipped"])
+    assert store.lookup("thing", key) is None
+    rebuilt = _entry(store, name="shipped")
+    assert rebuilt.parent.parent.parent == tmp_path / "user" and rebuilt.read_text() == "contents"
+    err = capsys.readouterr().err
+    assert err.count("not using the prebuilt") == 1 and str(root) in err, err
+
+
+def test_no_prebuilt_store_is_read_where_the_variable_is_empty(tmp_path, monkeypatch):
+    monkeypatch.setenv(artifacts.PREBUILT_ENV, "")
+    assert artifacts.prebuilt_root() is None
+    monkeypatch.setenv(artifacts.PREBUILT_ENV, str(tmp_path))
+    assert artifacts.default_store(tmp_path / "user").prebuilt == tmp_path
+    monkeypatch.delenv(artifacts.PREBUILT_ENV)
+    assert artifacts.prebuilt_root() == Path(sys.prefix) / "share" / "shimkit" / "prebuilt"
+
+
+def test_cache_prebuild_builds_what_a_program_then_compiles_nothing_for(tmp_path, monkeypatch):
+    """What `./dev setup` runs: afterwards the stand-in runtime's every unit and shimkit.metal's runtime and
+    precompiled headers are found there by a process whose own store is empty."""
+    from shimkit.cli import _PREBUILD_KERNELS
+    from shimkit.csrc import build
+    from shimkit.metal.library import compile_shader
+    from shimkit.runtime.sources import compile_arguments, runtime_sources
+
+    import torch
+
+    done = subprocess.run([sys.executable, "-m", "shimkit", "cache", "--root", str(tmp_path / "prebuilt"), "prebuild"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert f"in {tmp_path / 'prebuilt'}" in done.stdout
+    monkeypatch.setenv(artifacts.ROOT_ENV, str(tmp_path / "user"))
+    monkeypatch.setenv(artifacts.PREBUILT_ENV, str(tmp_path / "prebuilt"))
+    objects = build.compile_objects(runtime_sources(()), **compile_arguments())
+    assert objects and [p for p in objects if not p.is_relative_to(tmp_path / "prebuilt")] == [], runtime_sources(())
+    library = compile_shader(_PREBUILD_KERNELS.replace("shimkit_prebuild", "other"))  # kernels of its own
+    x = torch.ones(4)
+    library.other_fill(x)
+    assert x.tolist() == [0.0] * 4
+    # Only the new library (and its kernel's split) was built: no runtime unit, runtime library or header.
+    assert {u.kind for u in artifacts.usage(Store(tmp_path / "user"))} == {"metal-library", "metal-split"}
