@@ -175,7 +175,7 @@ def _prebuild(root: str | None) -> tuple[Path, int, int]:
     """Builds what every program needs and no model decides (the stand-in runtime's objects, shimkit.metal's
     runtime library and precompiled headers) into ``root`` (default: the environment's prebuilt store)."""
     import os
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     from shimkit import store as artifacts
 
@@ -193,7 +193,8 @@ def _prebuild(root: str | None) -> tuple[Path, int, int]:
 
         arguments = compile_arguments()
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # each compile takes a job slot
-            builds = [pool.submit(compile_objects, [source], **arguments) for source in runtime_sources(())]
+            builds: list[Future] = [pool.submit(compile_objects, [source], **arguments)
+                                    for source in runtime_sources(())]
             builds.append(pool.submit(compile_shader, _PREBUILD_KERNELS))
             for build in builds:
                 build.result()
@@ -215,16 +216,20 @@ def _cmd_cache(args: argparse.Namespace) -> int:
             target, entries, size = _prebuild(args.root)
             print(f"{entries} entries ({_size(size)}) in {target}")
             return 0
-        store = artifacts.Store(args.root) if args.root else artifacts.default_store()
+        store = (artifacts.Store(args.root, artifacts.prebuilt_root()) if args.root
+                 else artifacts.default_store())
         if args.action == "clean":
             removed, freed = artifacts.clean(store, args.kind or None)
         elif args.action == "prune":
             removed, freed = artifacts.prune(store, args.max_size, args.kind or None)
         else:
-            rows = artifacts.usage(store)
+            rows, prebuilt = artifacts.usage(store), artifacts.usage(store, prebuilt=True)
             if args.json:
                 json.dump({"root": str(store.root), "max_bytes": artifacts.max_bytes(),
-                           "kinds": [{"kind": u.kind, "entries": u.entries, "bytes": u.bytes} for u in rows]},
+                           "kinds": [{"kind": u.kind, "entries": u.entries, "bytes": u.bytes} for u in rows],
+                           "prebuilt": {"root": str(store.prebuilt) if prebuilt else None,
+                                        "kinds": [{"kind": u.kind, "entries": u.entries, "bytes": u.bytes}
+                                                  for u in prebuilt]}},
                           sys.stdout, indent=2)
                 print()
                 return 0
@@ -232,6 +237,9 @@ def _cmd_cache(args: argparse.Namespace) -> int:
             table = [[u.kind, str(u.entries), _size(u.bytes)] for u in rows]
             table.append(["total", str(sum(u.entries for u in rows)), _size(sum(u.bytes for u in rows))])
             print(_table(table, ["kind", "entries", "size"]))
+            if prebuilt:
+                print(f"and, read-only, {store.prebuilt} (${artifacts.PREBUILT_ENV}): "
+                      f"{sum(u.entries for u in prebuilt)} entries, {_size(sum(u.bytes for u in prebuilt))}")
             return 0
     except artifacts.EnvironmentFailure as error:
         print(f"shimkit cache: {error}", file=sys.stderr)

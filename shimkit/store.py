@@ -465,8 +465,8 @@ class _Entry:
     used: float
 
 
-def _entries(store: Store) -> list[_Entry]:
-    root = store.checked_root()
+def _entries(store: Store, root: Path | None = None) -> list[_Entry]:
+    root = root or store.checked_root()
     found = []
     for kind_folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
         for folder in kind_folder.iterdir():
@@ -480,10 +480,13 @@ def _entries(store: Store) -> list[_Entry]:
     return found
 
 
-def usage(store: Store) -> list[Usage]:
-    """Entries and bytes per kind, largest first."""
+def usage(store: Store, prebuilt: bool = False) -> list[Usage]:
+    """Entries and bytes per kind, largest first: of the root, or with ``prebuilt`` of the prebuilt store
+    (none where there is none, or it is not trusted)."""
+    if prebuilt and (store.prebuilt is None or not store._prebuilt_trusted()):
+        return []
     totals: dict[str, list[int]] = {}
-    for entry in _entries(store):
+    for entry in _entries(store, store.prebuilt if prebuilt else None):
         counts = totals.setdefault(entry.kind, [0, 0])
         counts[0] += 1
         counts[1] += entry.size

@@ -426,6 +426,23 @@ def test_a_lookup_the_root_misses_is_answered_from_the_prebuilt_store_which_is_n
     assert store.lookup("thing", store.key("thing", ["shipped"])) == prebuilt.parent
 
 
+def test_the_cache_command_shows_the_prebuilt_store_beside_the_users(tmp_path, monkeypatch, capsys):
+    _entry(Store(tmp_path / "prebuilt"), name="shipped")
+    _entry(Store(tmp_path / "user"), name="mine")
+    monkeypatch.setenv(artifacts.PREBUILT_ENV, str(tmp_path / "prebuilt"))
+    assert shimkit_main(["cache", "--root", str(tmp_path / "user")]) == 0
+    assert f"read-only, {tmp_path / 'prebuilt'} ($SHIMKIT_PREBUILT_DIR): 1 entries" in capsys.readouterr().out
+    assert shimkit_main(["cache", "--root", str(tmp_path / "user"), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["prebuilt"]["root"] == str(tmp_path / "prebuilt")
+    assert [(k["kind"], k["entries"]) for k in shown["prebuilt"]["kinds"]] == [("thing", 1)]
+    assert shimkit_main(["cache", "--root", str(tmp_path / "user"), "clean"]) == 0
+    assert "removed 1 entries" in capsys.readouterr().out and (tmp_path / "prebuilt" / "thing").is_dir()
+    monkeypatch.setenv(artifacts.PREBUILT_ENV, "")
+    assert shimkit_main(["cache", "--root", str(tmp_path / "user"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["prebuilt"] == {"root": None, "kinds": []}
+
+
 @pytest.mark.parametrize("problem", ["group-writable", "symlink", "damaged entry"])
 def test_a_prebuilt_store_or_entry_others_could_have_planted_is_not_used_and_said_so(tmp_path, problem, capsys):
     prebuilt = _entry(Store(tmp_path / "prebuilt"), name="shipped")
