@@ -188,10 +188,43 @@ def runtime_fingerprint() -> str:
                       tree_digest(metal, ("*.py",)), tree_digest(metal / "include")])
 
 
-def _wrapper_file(source: str) -> Path:
-    """``source`` with the constants' section, saved in the artifact store (named by its digest)."""
-    store = default_store()
+# AOTInductor pastes its runtime's interface (interface.cpp: the C functions that create and run a model
+# container) into every wrapper after the device's headers. That part, and the model base class it
+# instantiates for the model, are the same in every program: 5 of the 10 s a small wrapper took at -O1.
+# So a wrapper compiles as two units, as AOTInductor's own static-linkage mode splits it: the interface with
+# the base class instantiated once (the same object for every program, prebuilt), and the model's part.
+_INTERFACE = (package_folder("torch") / "_inductor" / "codegen" / "aoti_runtime" / "interface.cpp").read_text()
+MPS_HEADERS = ("\n#include <torch/csrc/inductor/aoti_include/mps.h>\n"
+               "#include <torch/csrc/inductor/aoti_torch/c/shim_mps.h>\n")
+_MODEL_BASE = "torch::aot_inductor::AOTInductorModelBase<torch::aot_inductor::AOTInductorModel>"
+
+
+def interface_unit(headers: str = MPS_HEADERS) -> str:
+    """The unit every program of a device shares: its headers, AOTInductor's interface, the base class."""
+    return f"{headers}{_INTERFACE}\ntemplate class {_MODEL_BASE};\n"
+
+
+def _split_wrapper(text: str) -> tuple[str, str] | None:
+    """``text`` as (:func:`interface_unit`, the model's unit), or None where it does not start with headers
+    and AOTInductor's interface."""
+    head, interface, model = text.partition(_INTERFACE)
+    if not interface or any(line.strip() and not line.startswith("#include ") for line in head.splitlines()):
+        return None
+    includes = "".join(line + "\n" for line in (head + interface).splitlines() if line.startswith("#include "))
+    return interface_unit(head), f"{includes}extern template class {_MODEL_BASE};\n{model}"
+
+
+def _wrapper_files(source: str, split: bool = True) -> list[Path]:
+    """``source`` with the constants' section, saved in the artifact store: as its two units, or one where it
+    cannot be split or ``split`` is False."""
     text = source + _EMBEDDED_CONSTANTS
+    return [_saved_unit(unit) for unit in ((_split_wrapper(text) if split else None) or (text,))]
+
+
+def _saved_unit(text: str) -> Path:
+    """``text`` saved in the artifact store, named by its digest (the environment's prebuilt store answers for
+    the interface unit, so its object is found under the same name)."""
+    store = default_store()
 
     def produce(staging: Path) -> None:
         (staging / "wrapper.cpp").write_text(text)
@@ -199,22 +232,48 @@ def _wrapper_file(source: str) -> Path:
     return store.build("metal-program-source", store.key("metal-program-source", [text]), produce) / "wrapper.cpp"
 
 
+def compile_interface_object(headers: str = MPS_HEADERS) -> None:
+    """The object of :func:`interface_unit`, into the store (``shimkit cache prebuild``)."""
+    compile_objects([str(_saved_unit(interface_unit(headers)))], include_dirs=[str(torch_include())],
+                    extra_flags=WRAPPER_FLAGS)
+
+
 def compile_wrapper_object(source: str) -> None:
-    """The wrapper ``source``'s object, compiled into the store ahead of :func:`compile_wrapper`, which needs the
+    """The wrapper ``source``'s objects, compiled into the store ahead of :func:`compile_wrapper`, which needs the
     runtime only to link. A wrapper that does not compile fails again there, with its message."""
     try:
-        compile_objects([str(_wrapper_file(source))], include_dirs=[str(torch_include())], extra_flags=WRAPPER_FLAGS)
+        compile_objects([str(path) for path in _wrapper_files(source)], include_dirs=[str(torch_include())],
+                        extra_flags=WRAPPER_FLAGS)
     except RuntimeError:
         pass
 
 
 def compile_wrapper(source: str, runtime: Path) -> Path:
     """The wrapper ``source`` compiled into a shared library linked against ``runtime``, cached by digest.
-    Every symbol must resolve at link time: a missing kernel is :class:`Unlinkable`, naming it."""
-    path = _wrapper_file(source)
+    Every symbol must resolve at link time: a missing kernel is :class:`Unlinkable`, naming it. A wrapper
+    whose two units do not build is compiled whole, so that its errors name its own lines."""
+    try:
+        return _link_wrapper(_wrapper_files(source), runtime)
+    except (EnvironmentFailure, Unlinkable):
+        raise
+    except RuntimeError:
+        pass
+    [path] = _wrapper_files(source, split=False)
+    try:
+        return _link_wrapper([path], runtime)
+    except (EnvironmentFailure, Unlinkable):
+        raise
+    except RuntimeError as error:
+        errors = _compiler_errors(str(error), path)
+        if errors:
+            raise WrapperDoesNotCompile(f"the generated wrapper {path} does not compile:\n{errors}") from None
+        raise
+
+
+def _link_wrapper(paths: list[Path], runtime: Path) -> Path:
     try:
         return compile_shared_library(
-            "metal-program", [str(path)], include_dirs=[str(torch_include())],
+            "metal-program", [str(path) for path in paths], include_dirs=[str(torch_include())],
             library_dirs=[str(runtime.parent)], libraries=[f":{runtime.name}"],
             extra_flags=[*WRAPPER_FLAGS, "-Wl,--no-undefined"])
     except EnvironmentFailure:
@@ -225,9 +284,6 @@ def compile_wrapper(source: str, runtime: Path) -> Path:
         if missing:
             raise Unlinkable(f"the program calls {', '.join(missing)}, which neither shimkit's Metal runtime "
                              f"nor an active plugin provides") from None
-        errors = _compiler_errors(str(error), path)
-        if errors:
-            raise WrapperDoesNotCompile(f"the generated wrapper {path} does not compile:\n{errors}") from None
         raise
 
 

@@ -172,8 +172,8 @@ kernel void shimkit_prebuild_group(device float* out, uint i [[thread_position_i
 
 
 def _prebuild(root: str | None) -> tuple[Path, int, int]:
-    """Builds what every program needs and no model decides (the stand-in runtime's objects, shimkit.metal's
-    runtime library and precompiled headers) into ``root`` (default: the environment's prebuilt store)."""
+    """Builds what every program needs and no model decides (the stand-in runtime's objects, the AOTInductor
+    interface every wrapper pastes in, shimkit.metal's runtime library and precompiled headers) into ``root`` (default: the environment's prebuilt store)."""
     import os
     from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -189,6 +189,7 @@ def _prebuild(root: str | None) -> tuple[Path, int, int]:
     try:
         from shimkit.csrc.build import compile_objects
         from shimkit.metal.library import compile_shader
+        from shimkit.runtime.program import compile_interface_object
         from shimkit.runtime.sources import compile_arguments, runtime_sources
 
         arguments = compile_arguments()
@@ -196,6 +197,7 @@ def _prebuild(root: str | None) -> tuple[Path, int, int]:
             builds: list[Future] = [pool.submit(compile_objects, [source], **arguments)
                                     for source in runtime_sources(())]
             builds.append(pool.submit(compile_shader, _PREBUILD_KERNELS))
+            builds.append(pool.submit(compile_interface_object))
             for build in builds:
                 build.result()
         rows = artifacts.usage(artifacts.default_store())

@@ -101,6 +101,27 @@ def test_a_wrapper_that_does_not_compile_names_its_line_and_the_compilers_error(
     assert "    return aoti_torch_mps_two(1, 2, nullptr);" in message
 
 
+def test_a_wrapper_splits_into_the_interface_every_program_shares_and_its_own_model_unit():
+    model = "\n#include <ATen/native/mps/MetalShaderLibrary.h>\nint model_part() { return 1; }\n"
+    interface, own = program._split_wrapper(program.MPS_HEADERS + program._INTERFACE + model)
+    assert interface == program.interface_unit()  # the same text, so the same (prebuilt) object, for all
+    assert own.endswith(model) and program._INTERFACE not in own
+    assert own.startswith("#include <torch/csrc/inductor/aoti_include/mps.h>\n")  # every header it had, in order
+    assert f"extern template class {program._MODEL_BASE};" in own  # instantiated once, in the interface's unit
+    assert program._split_wrapper(model) is None
+    assert program._split_wrapper("int x;\n" + program._INTERFACE + model) is None  # code before it: kept whole
+
+
+def test_a_split_wrapper_that_does_not_compile_names_the_line_of_the_whole_wrapper(stock_runtime):
+    prefix = program.MPS_HEADERS + program._INTERFACE
+    source = prefix + "int broken() {\n  return shimkit_not_declared;\n}\n"
+    with pytest.raises(program.WrapperDoesNotCompile) as raised:
+        program.compile_wrapper(source, program.runtime_library(None))
+    message = str(raised.value)  # the compiler's quotes are its locale's
+    assert f"line {prefix.count(chr(10)) + 2}: " in message and "shimkit_not_declared" in message
+    assert "    return shimkit_not_declared;" in message
+
+
 def test_the_runtime_refuses_handles_it_did_not_make(stock_runtime):
     stranger = ctypes.c_void_p(12345)
     assert stock_runtime.aoti_torch_delete_tensor_object(stranger) != 0

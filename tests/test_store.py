@@ -478,6 +478,7 @@ def test_cache_prebuild_builds_what_a_program_then_compiles_nothing_for(tmp_path
     from shimkit.cli import _PREBUILD_KERNELS
     from shimkit.csrc import build
     from shimkit.metal.library import compile_shader
+    from shimkit.runtime.program import compile_interface_object
     from shimkit.runtime.sources import compile_arguments, runtime_sources
 
     import torch
@@ -490,9 +491,10 @@ def test_cache_prebuild_builds_what_a_program_then_compiles_nothing_for(tmp_path
     monkeypatch.setenv(artifacts.PREBUILT_ENV, str(tmp_path / "prebuilt"))
     objects = build.compile_objects(runtime_sources(()), **compile_arguments())
     assert objects and [p for p in objects if not p.is_relative_to(tmp_path / "prebuilt")] == [], runtime_sources(())
+    compile_interface_object()  # the part of every wrapper that AOTInductor's interface is
     library = compile_shader(_PREBUILD_KERNELS.replace("shimkit_prebuild", "other"))  # kernels of its own
     x = torch.ones(4)
     library.other_fill(x)
     assert x.tolist() == [0.0] * 4
-    # Only the new library (and its kernel's split) was built: no runtime unit, runtime library or header.
+    # Only the new library (and its kernel's split) was built: no runtime unit, interface, library or header.
     assert {u.kind for u in artifacts.usage(Store(tmp_path / "user"))} == {"metal-library", "metal-split"}
