@@ -68,12 +68,6 @@ def compile_core() -> None:
     compile_objects(core_sources(), **compile_arguments())
 
 
-def compile_every_unit() -> None:
-    """The core's and every own fallback's objects (``shimkit cache prebuild``): what a program's runtime
-    compiles but its plugins' adapters."""
-    compile_objects(runtime_sources(()), **compile_arguments())
-
-
 if __name__ == "__main__":
     # Stopped by the process that started it: a clean exit, so that a compile under way is stopped with it.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

@@ -173,7 +173,8 @@ kernel void shimkit_prebuild_group(device float* out, uint i [[thread_position_i
 
 def _prebuild(root: str | None) -> tuple[Path, int, int]:
     """Builds what every program needs and no model decides (the stand-in runtime's objects, the AOTInductor
-    interface every wrapper pastes in, shimkit.metal's runtime library and precompiled headers) into ``root`` (default: the environment's prebuilt store)."""
+    interface every wrapper pastes in, shimkit.metal's runtime library and precompiled headers) into ``root``
+    (default: the environment's prebuilt store)."""
     import os
     from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -267,11 +268,11 @@ def _configure_cache(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action")
     clean = actions.add_parser("clean", help="remove every entry no running process is building")
     prune = actions.add_parser("prune", help="remove the least recently used entries until the store fits")
+    prune.add_argument("--max-size", required=True, type=_max_size, metavar="SIZE",
+                       help="what the store may keep, in bytes or with K, M, G (e.g. 2G)")
     actions.add_parser("prebuild", help="build what every program needs into the environment's read-only store "
                                         "($SHIMKIT_PREBUILT_DIR, default <sys.prefix>/share/shimkit/prebuilt; "
                                         "--root: there instead)")
-    prune.add_argument("--max-size", required=True, type=_max_size, metavar="SIZE",
-                       help="what the store may keep, in bytes or with K, M, G (e.g. 2G)")
     for action in (clean, prune):
         action.add_argument("--kind", action="append", metavar="KIND",
                             help="only entries of this kind (repeatable; `shimkit cache` lists them)")
