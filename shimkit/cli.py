@@ -219,8 +219,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
             target, entries, size = _prebuild(args.root)
             print(f"{entries} entries ({_size(size)}) in {target}")
             return 0
-        store = (artifacts.Store(args.root, artifacts.prebuilt_root()) if args.root
-                 else artifacts.default_store())
+        store = artifacts.default_store(Path(args.root) if args.root else None)
         if args.action == "clean":
             removed, freed = artifacts.clean(store, args.kind or None)
         elif args.action == "prune":
