@@ -581,12 +581,16 @@ def test_c10s_threadgroup_sum_inlined_is_five_loops_over_the_group():
     flags and masks), five remain: the caller's statements before and after the call join the callee's
     first and last regions, its arguments are not copied per thread, `if (size > simdgroup_size)` (the
     size a `threads_per_threadgroup` parameter) is one test for the group with no mask, and the first
-    region of `if (idx < ...)` joins the region that sets its mask."""
+    region of `if (idx < ...)` joins the region that sets its mask. (Of int: float's is one group-level
+    step, below.)"""
     source = C10_HELPERS.replace("  auto largest = c10::metal::threadgroup_max(partial, v, t, n);\n", "").replace(
         "  auto where = c10::metal::threadgroup_argmax(values, indices, v, long(i), t, n);\n", "").replace(
-        "    maxima[group] = largest;\n    argmaxima[group] = where;\n", "")
+        "    maxima[group] = largest;\n    argmaxima[group] = where;\n", "").replace(
+        "threadgroup float partial[32];", "threadgroup int partial[32];").replace(
+        "threadgroup_sum(partial, v, t, n)", "threadgroup_sum(partial, int(v), t, n)")
     text = compile_library(source)[1].text
     group = text[text.index("helpers__shimkit_group"):]
+    assert "threadgroup_reduce(" not in group, group
     assert group.count("shimkit_g.region(") == 5 and group.count("shimkit_g.lanes(") == 2, group
     assert len(re.findall(r"bool shimkit_m\d+\[", group)) == 1, group  # the mask of `idx < ...` only
     assert "kMaxGroupThreads]; std::memcpy" not in group  # no inlined function's mask is copied
@@ -596,15 +600,110 @@ def test_c10s_nan_propagating_max_inlined_combines_twice_with_no_returned_flag()
     """c10's simd_max for floats returns NaN early when `simd_any(isnan(val))`: a vote, one value for every
     lane of a simdgroup, so either all of a simdgroup's lanes return early or none does. The max is then
     combined for every lane and the return chooses: threadgroup_max is threadgroup_sum's five regions with
-    both its simd_max calls two combines back to back, and no returned flag or mask of its own."""
+    both its simd_max calls two combines back to back, and no returned flag or mask of its own. (Of half:
+    float's is one group-level step, below.)"""
     source = C10_HELPERS.replace("  auto total = c10::metal::threadgroup_sum(partial, v, t, n);\n", "").replace(
         "  auto where = c10::metal::threadgroup_argmax(values, indices, v, long(i), t, n);\n", "").replace(
-        "    sums[group] = total;\n", "").replace("    argmaxima[group] = where;\n", "")
+        "    sums[group] = total;\n", "").replace("    argmaxima[group] = where;\n", "").replace(
+        "threadgroup float partial[32];", "threadgroup half partial[32];").replace(
+        "threadgroup_max(partial, v, t, n)", "threadgroup_max(partial, half(v), t, n)")
     text = compile_library(source)[1].text
     group = text[text.index("helpers__shimkit_group"):]
+    assert "threadgroup_reduce(" not in group, group
     assert group.count("shimkit_g.region(") == 5 and group.count("shimkit_g.lanes(") == 4, group
     assert not re.search(r"bool shimkit_x\d+\[", group), group
     assert len(re.findall(r"bool shimkit_m\d+\[", group)) == 1, group  # the mask of `idx < ...` only
+
+
+C10_STEPS = """
+#include <c10/metal/reduction_utils.h>
+using namespace metal;
+kernel void steps(device float* out, constant float* in, constant uint& limit, constant uint& shift,
+                  uint i [[thread_position_in_grid]], uint t [[thread_position_in_threadgroup]],
+                  uint n [[threads_per_threadgroup]]) {
+  threadgroup float partial[32];
+  if (i >= limit) return;
+  const float v = in[i];
+  const uint idx = (t + shift) % n;
+  const float total = c10::metal::threadgroup_sum(partial, v, idx, n);
+  const float product = c10::metal::threadgroup_prod(partial, v, idx, n);
+  const float largest = c10::metal::threadgroup_max(partial, v, idx, n);
+  const float smallest = c10::metal::threadgroup_min(partial, v, idx, n);
+  out[4 * i] = total;
+  out[4 * i + 1] = product;
+  out[4 * i + 2] = largest;
+  out[4 * i + 3] = smallest;
+}
+"""
+
+
+def test_c10s_float_reductions_are_one_group_level_step_each():
+    """c10's threadgroup_sum, _prod, _max and _min of float run as LoopGroup::threadgroup_reduce, a step
+    over the group (POCL's work-group functions), not as their inlined regions: the kernel is its three
+    regions (the caller's statements before, between and after the calls) and four steps."""
+    text = compile_library(C10_STEPS)[1].text
+    group = text[text.index("steps__shimkit_group"):]
+    assert group.count("shimkit_g.threadgroup_reduce(") == 4, group
+    for combine in ("Sum", "Product", "Max", "Min"):
+        assert f"::shimkit_metal::c10_lanes::{combine}{{}}" in group
+    assert "shimkit_g.lanes(" not in group and group.count("shimkit_g.region(") <= 5, group
+
+
+@given(group=st.integers(1, 256), groups=st.integers(1, 3), shift=st.sampled_from([0, 0, 1, 31, 33]),
+       returned=st.integers(0, 40),
+       values=st.lists(st.floats(-2, 2, width=32) | st.just(float("nan")), min_size=1, max_size=300))
+@settings(max_examples=30)
+def test_c10s_reductions_as_group_steps_compute_what_fibers_compute(group, groups, shift, returned, values):
+    """Bit for bit against the same kernel on fibers (which run c10's helpers as written): every thread at
+    its own index (the step's fast path), indices shifted (`idx` not the thread's: each stage's threads are
+    others), and threads that returned before the calls."""
+    split = ShaderLibrary(C10_STEPS).steps
+    fibers = ShaderLibrary(C10_STEPS, split_barriers=False).steps
+    assert split.execution == "split", split.fibers_because
+    threads = group * groups
+    x = torch.tensor((values * (threads // len(values) + 1))[:threads], dtype=torch.float32)
+    limit = max(threads - returned, 0)
+    results = []
+    for kernel in (split, fibers):
+        out = torch.full((4 * threads,), -7.0)
+        kernel(out, x, limit, shift, threads=threads, group_size=group)
+        results.append(out)
+    assert torch.equal(results[0].isnan(), results[1].isnan())
+    assert torch.equal(results[0].nan_to_num(0.5), results[1].nan_to_num(0.5))
+
+
+NOT_C10S = """
+#include <metal_stdlib>
+using namespace metal;
+namespace c10 { namespace metal {
+template <typename T>
+T threadgroup_sum(threadgroup T* data, T val, unsigned idx, unsigned size) {
+  data[idx] = val;
+  ::metal::threadgroup_barrier(::metal::mem_flags::mem_threadgroup);
+  T total = 0;
+  for (unsigned k = 0; k < size; ++k) total += data[k];
+  ::metal::threadgroup_barrier(::metal::mem_flags::mem_threadgroup);
+  return total;
+}
+} }
+kernel void own(device float* out, constant float* in, uint i [[thread_position_in_grid]],
+                uint t [[thread_position_in_threadgroup]], uint n [[threads_per_threadgroup]]) {
+  threadgroup float partial[256];
+  out[i] = c10::metal::threadgroup_sum(partial, in[i], t, n);
+}
+"""
+
+
+def test_a_helper_of_c10s_name_but_another_body_is_inlined_as_written():
+    """The step stands for the body of torch's header only (its digest): a function of the same name and
+    signature with another body is inlined, and computes what it says."""
+    kernel = ShaderLibrary(NOT_C10S).own
+    assert kernel.execution == "split", kernel.fibers_because
+    assert "threadgroup_reduce(" not in compile_library(NOT_C10S)[1].text
+    x = torch.arange(64, dtype=torch.float32)
+    out = torch.zeros(64)
+    kernel(out, x, threads=64, group_size=16)
+    assert torch.equal(out, x.view(4, 16).sum(1).repeat_interleave(16))
 
 
 EARLY_RETURNS = """

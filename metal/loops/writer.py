@@ -8,6 +8,7 @@ from shimkit.metal.loops.control_flow import scoped, write_if, write_loop
 from shimkit.metal.loops.declarations import declaration_code
 from shimkit.metal.loops.early_return import is_uniform_early_return, speculated_return
 from shimkit.metal.loops.fragments import Carried, Out, Region, Text, ending
+from shimkit.metal.loops.group_reductions import write_group_reduction
 from shimkit.metal.loops.inlining import call_to_inline, inlinable_collective, write_inlined
 from shimkit.metal.loops.regions import assign_uniform, join_pending, thread_code
 from shimkit.metal.loops.returns import LOOPS, statement_code
@@ -88,7 +89,8 @@ def write_statement(state: GroupState, statement, mask: str, out: list[str], pen
         inline = [c for c in splits if inlinable_collective(state, statement, c, splits)]
     if inline:
         call = call_to_inline(state, statement, inline, splits)
-        result = write_inlined(state, call, mask, out, pending, flush, write_block)
+        result = (write_group_reduction(state, call, mask, out, pending, flush)
+                  or write_inlined(state, call, mask, out, pending, flush, write_block))
         saved = state.replacing
         state.replacing = [*saved, (state.src.start(call), state.src.end(call),
                                    f"{result}[shimkit_t]" if result else "(void)0")]

@@ -205,6 +205,78 @@ class LoopGroup {
     }
   }
 
+  // c10's two-stage threadgroup reductions (`threadgroup_sum`, `_prod`, `_max`, `_min` in
+  // c10/metal/reduction_utils.h) over the whole group at once, as POCL runs OpenCL's work-group functions:
+  // each simdgroup combines `val`, a thread at `idx % 32 == 0` stores its simdgroup's result at
+  // `data[idx / 32]`; where `size > 32` the threads at `idx < ceil(size / 32)` combine those and the one
+  // at `idx == 0` stores the total at `data[0]`; every thread then reads `data[0]` into `result`. These
+  // are the inlined helper's steps, the same combines over the same lanes (bit for bit); where every
+  // thread runs and each `idx` is the thread's index (Inductor's reductions), each step touches the
+  // threads that act in it only, instead of a loop over the group per step.
+  template <class T, class Combine>
+  void threadgroup_reduce(const bool* mask, T* result, T* data, const T* val, const uint* idx, uint size,
+                          Combine&& combine) {
+    const uint count = count_;
+    uint differ = !(everyone_ && mask == alive);
+    for (uint t = 0; t < count; ++t) differ |= idx[t] ^ t;  // no early exit: a vector loop
+    if (differ) return threadgroup_reduce_by_regions(mask, result, data, val, idx, size, combine);
+    bool on[kSimdWidth];
+    T lanes[kSimdWidth], combined[kSimdWidth];
+    for (uint first = 0; first < count; first += kSimdWidth) {
+      for (uint i = 0; i < kSimdWidth; ++i) on[i] = first + i < count;
+      combine(on, combined, val + first);
+      data[first / kSimdWidth] = combined[0];  // lane 0's thread: idx % 32 == 0
+    }
+    if (size > kSimdWidth) {
+      const uint partials = (size + kSimdWidth - 1) / kSimdWidth, acting = partials < count ? partials : count;
+      // Read first, as the helper's region does before the combine's region writes data[0].
+      T read[kMaxGroupThreads];
+      for (uint t = 0; t < acting; ++t) read[t] = data[t];
+      for (uint first = 0; first < acting; first += kSimdWidth) {
+        for (uint i = 0; i < kSimdWidth; ++i) {
+          on[i] = first + i < acting;
+          lanes[i] = on[i] ? read[first + i] : T();
+        }
+        combine(on, combined, lanes);
+        if (first == 0) data[0] = combined[0];
+      }
+    }
+    const T total = data[0];
+    for (uint t = 0; t < count; ++t) result[t] = total;
+  }
+
+  // threadgroup_reduce's steps region by region, for any `idx` and threads that returned: what the
+  // inlined helper runs.
+  template <class T, class Combine>
+  void threadgroup_reduce_by_regions(const bool* mask, T* result, T* data, const T* val, const uint* idx,
+                                     uint size, Combine& combine) {
+    T combined[kMaxGroupThreads];
+    lanes(mask, [&](const bool* on, uint first) { combine(on, combined + first, val + first); });
+    region(mask, [&](uint t) {
+      if (idx[t] % kSimdWidth == 0) data[idx[t] / kSimdWidth] = combined[t];
+      return true;
+    });
+    if (size > kSimdWidth && any(mask)) {
+      bool acting[kMaxGroupThreads];
+      T read[kMaxGroupThreads];
+      std::memset(acting, 0, count_);
+      region(mask, [&](uint t) {
+        acting[t] = idx[t] < (size + kSimdWidth - 1) / kSimdWidth;
+        if (acting[t]) read[t] = data[idx[t]];
+        return true;
+      });
+      lanes(acting, [&](const bool* on, uint first) { combine(on, combined + first, read + first); });
+      region(acting, [&](uint t) {
+        if (idx[t] == 0) data[0] = combined[t];
+        return true;
+      });
+    }
+    region(mask, [&](uint t) {
+      result[t] = data[0];
+      return true;
+    });
+  }
+
   bool any(const bool* mask) const {
     if (everyone_ && mask == alive) return count_ > 0;
     for (uint t = 0; t < count_; ++t)

@@ -389,3 +389,38 @@ SHIMKIT_ATOMIC_FETCH(max, old < v ? v : old)
 #undef SHIMKIT_ATOMIC_FETCH
 
 }  // namespace metal
+
+// The combines of c10's threadgroup helpers over one simdgroup's lanes (loops.h, LoopGroup::threadgroup_reduce):
+// c10::metal::simd_sum and simd_prod are Metal's, and its simd_max and simd_min for floating types give
+// NaN to every lane where an active lane holds one (`simd_any(isnan(val))`).
+namespace shimkit_metal::c10_lanes {
+struct Sum {
+  template <class T> void operator()(const bool* on, T* out, const T* v) const { ::metal::lanes::simd_sum(on, out, v); }
+};
+struct Product {
+  template <class T> void operator()(const bool* on, T* out, const T* v) const {
+    ::metal::lanes::simd_product(on, out, v);
+  }
+};
+template <bool kMax>
+struct Extreme {
+  template <class T> void operator()(const bool* on, T* out, const T* v) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      bool nan = false;
+      for (uint i = 0; i < kSimdWidth; ++i) nan |= on[i] && v[i] != v[i];
+      if (nan) {
+        for (uint i = 0; i < kSimdWidth; ++i)
+          if (on[i]) out[i] = ::metal::numeric_limits<T>::quiet_NaN();
+        return;
+      }
+    }
+    if constexpr (kMax) {
+      ::metal::lanes::simd_max(on, out, v);
+    } else {
+      ::metal::lanes::simd_min(on, out, v);
+    }
+  }
+};
+using Max = Extreme<true>;
+using Min = Extreme<false>;
+}  // namespace shimkit_metal::c10_lanes
