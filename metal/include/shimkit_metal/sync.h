@@ -406,8 +406,15 @@ template <bool kMax>
 struct Extreme {
   template <class T> void operator()(const bool* on, T* out, const T* v) const {
     if constexpr (std::is_floating_point_v<T>) {
-      bool nan = false;
-      for (uint i = 0; i < kSimdWidth; ++i) nan |= on[i] && v[i] != v[i];
+      // A whole simdgroup's test is one vector loop (GCC keeps a loop that also reads `on` scalar).
+      unsigned long long words[kSimdWidth / 8];
+      std::memcpy(words, on, sizeof(words));
+      int nan = 0;
+      if ((words[0] & words[1] & words[2] & words[3]) == 0x0101010101010101ull) {
+        for (uint i = 0; i < kSimdWidth; ++i) nan |= v[i] != v[i];
+      } else {
+        for (uint i = 0; i < kSimdWidth; ++i) nan |= on[i] && v[i] != v[i];
+      }
       if (nan) {
         for (uint i = 0; i < kSimdWidth; ++i)
           if (on[i]) out[i] = ::metal::numeric_limits<T>::quiet_NaN();
