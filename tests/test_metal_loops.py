@@ -706,6 +706,51 @@ def test_a_helper_of_c10s_name_but_another_body_is_inlined_as_written():
     assert torch.equal(out, x.view(4, 16).sum(1).repeat_interleave(16))
 
 
+RECOMPUTED = """
+#include <metal_stdlib>
+using namespace metal;
+void bump(thread uint& v) { v += 1; }
+kernel void positions(device uint* out, constant uint& n, uint i [[thread_position_in_grid]],
+                      uint t [[thread_position_in_threadgroup]], uint size [[threads_per_threadgroup]]) {
+  threadgroup uint shared[256];
+  uint s = n;
+  const uint once = n * 2;
+  const uint kept = t * 3 + s;
+  const uint again = t * 5 + once + (size - 1);
+  const uint twice = again ^ i;
+  uint stepped = i;
+  uint through = t;
+  s = n + 7;
+  stepped += 2;
+  bump(through);
+  shared[t] = kept;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[i] = shared[(t + 1) % size] + kept + again + twice + stepped + through + s;
+}
+"""
+
+
+@given(group=st.integers(1, 256), groups=st.integers(1, 3), n=st.integers(0, 2**20))
+def test_a_variable_of_thread_positions_alone_is_recomputed_in_each_region(group, groups, n):
+    """A variable assigned once, by its initialisation, from thread positions, constants and values that
+    never change after (`again`, `twice`) is computed again in each region that names it, with no per-thread
+    array; one that depends on a value assigned again later (`kept`), is assigned again itself (`stepped`) or
+    is passed by reference (`through`) keeps its array. The kernel computes what it does on fibers."""
+    text = compile_library(RECOMPUTED)[1].text
+    group_function = text[text.index("positions__shimkit_group"):]
+    for name in ("again", "twice"):
+        assert re.search(rf"std::remove_cv_t<[^>]*> {name} = \(", group_function), name
+        assert f"auto& {name} =" not in group_function, name
+    for name in ("kept", "stepped", "through"):
+        assert f"auto& {name} =" in group_function, name
+    split, fibers = ShaderLibrary(RECOMPUTED).positions, ShaderLibrary(RECOMPUTED, split_barriers=False).positions
+    assert split.execution == "split", split.fibers_because
+    expected, actual = torch.zeros(group * groups, dtype=torch.int32), torch.ones(group * groups, dtype=torch.int32)
+    fibers(expected, n, threads=group * groups, group_size=group)
+    split(actual, n, threads=group * groups, group_size=group)
+    assert torch.equal(actual, expected)
+
+
 EARLY_RETURNS = """
 #include <metal_stdlib>
 using namespace metal;

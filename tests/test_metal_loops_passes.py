@@ -268,7 +268,7 @@ def test_an_inlined_function_binds_its_parameters_and_splits_its_body_at_its_bar
     assert re.search(r"(shimkit_a\d+)\[shimkit_t\] = \(in\[i\] \+ 1\.0f\);.* auto& v = \1\[shimkit_t\];", code), code
     constant = re.search(r"auto& n = (shimkit_u\d+);", code)
     assert constant and (f"const std::remove_cv_t<unsigned int> {constant[1]} = "
-                         "(::shimkit_metal::from_position<uint>(shimkit_g.base().group_size));") in state.top
+                         "(::shimkit_metal::from_position<uint>(shimkit_p.base.group_size));") in state.top
     assert re.search(r"auto& shared = shimkit_u\d+;", code), code
     # The body's namespace names are qualified for where it is written; it returns last, so no returned flag.
     assert "float(::helpers::kScale)" in code and "shimkit_x" not in code + " ".join(state.top)

@@ -8,14 +8,16 @@ import re
 from typing import Callable
 
 import shimkit.metal.cursors as cursors
-from shimkit.metal.loops.state import GroupState
+from shimkit.metal.loops.state import GroupState, Recomputed
 
 
 def preamble(state: GroupState, mask: str, code: str) -> tuple[str, str]:
     """Each region's opening: the thread's coordinates that ``code`` names (the others would cost a
     division per thread for a group that is not flat), its per-thread variables by their names, and
     (in an inlined function) leaving the region when the thread has returned from it."""
-    opening = " ".join([*state.aliases, *(d for name, d in state.thread_values if re.search(rf"\b{name}\b", code))])
+    # A recomputed variable's value names thread coordinates of its own.
+    named = " ".join([code, *(s.value for scope in state.scopes for _, s in scope if isinstance(s, Recomputed))])
+    opening = " ".join([*state.aliases, *(d for name, d in state.thread_values if re.search(rf"\b{name}\b", named))])
     for _, returned in state.inlined:
         if returned in state.may_return:
             opening += f" if ({returned}[shimkit_t]) {{ {mask}[shimkit_t] = false; return true; }}"
@@ -29,15 +31,16 @@ def preamble(state: GroupState, mask: str, code: str) -> tuple[str, str]:
     return opening + bindings, closing
 
 
-def scope_bindings(state: GroupState, keep: Callable[[str, str], bool]) -> tuple[str, str]:
+def scope_bindings(state: GroupState, keep: Callable[[str, str | Recomputed], bool]) -> tuple[str, str]:
     """The variables in scope that ``keep(name, storage)`` selects, bound by their names: one nested
-    ``{ auto& name = storage; ... }`` per scope, innermost last (an inner name hides an outer one), and
-    the braces that close them."""
+    ``{ auto& name = storage; ... }`` per scope (a recomputed variable: its value), innermost last (an
+    inner name hides an outer one), and the braces that close them."""
     opening = closing = ""
     for scope in state.scopes:
         kept = [(name, storage) for name, storage in scope if keep(name, storage)]
         if kept:
-            opening += " { " + " ".join(f"auto& {name} = {storage};" for name, storage in kept)
+            opening += " { " + " ".join(storage.binding(name) if isinstance(storage, Recomputed)
+                                        else f"auto& {name} = {storage};" for name, storage in kept)
             closing += " }"
     return opening, closing
 
@@ -59,7 +62,8 @@ def group_bindings(state: GroupState, code: str) -> tuple[str, str]:
     opening = " ".join([*state.aliases, *(d for name, d in state.thread_values
                                           if name in state.group_values and re.search(rf"\b{name}\b", code))])
     bindings, closing = scope_bindings(state,
-        lambda name, storage: "shimkit_t" not in storage and re.search(rf"\b{name}\b", code) is not None)
+        lambda name, storage: not isinstance(storage, Recomputed) and "shimkit_t" not in storage
+        and re.search(rf"\b{name}\b", code) is not None)
     return opening + bindings, closing
 
 
@@ -72,7 +76,8 @@ def variable_element(state: GroupState, argument, declared_type, arguments: list
     name = reference.spelling
     element = next((e for scope in reversed(state.scopes) for n, e in reversed(scope) if n == name), None)
     variable_type = reference.referenced.type.get_canonical()
-    if (element is None or declared_type.is_const_qualified() or variable_type.is_const_qualified()
+    if (element is None or isinstance(element, Recomputed) or declared_type.is_const_qualified()
+            or variable_type.is_const_qualified()
             or variable_type.spelling != declared_type.spelling):
         return None
     if any(a is not argument and any(t.spelling == name for t in a.get_tokens()) for a in arguments):

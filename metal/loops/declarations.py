@@ -8,7 +8,7 @@ import shimkit.metal.cursors as cursors
 from shimkit.metal.loops.collectives import UNNAMEABLE
 from shimkit.metal.loops.regions import declare_storage
 from shimkit.metal.loops.returns import statement_code
-from shimkit.metal.loops.state import MAX_THREADS, GroupState, Unsplittable
+from shimkit.metal.loops.state import MAX_THREADS, GroupState, Recomputed, Unsplittable
 from shimkit.metal.loops.text import line_of, source_text
 
 
@@ -43,14 +43,7 @@ def declaration_code(state: GroupState, statement, uniform: list[tuple[str, str]
                                f"split and its type cannot be named")
         if cursors.kind(variable.type) in ("LVALUEREFERENCE", "RVALUEREFERENCE"):
             raise Unsplittable(f"line {line}: reference {variable.spelling} in a block with a barrier")
-        storage = state.fresh("v")
         one = variable.hash in state.uniformity.variables
-        if one:
-            state.declared.append(declare_storage(state, f"std::remove_cv_t<{spelled}> {storage};"))
-            state.scopes[-1].append((variable.spelling, storage))
-        else:
-            state.declared.append(declare_storage(state, f"std::remove_cv_t<{spelled}> {storage}[{MAX_THREADS}];"))
-            state.scopes[-1].append((variable.spelling, f"{storage}[shimkit_t]"))
         initializer = [c for c in variable.get_children() if c.kind.name not in ("TYPE_REF", "TEMPLATE_REF",
                                                                                  "NAMESPACE_REF")]
         variable_tokens = list(variable.get_tokens())
@@ -63,15 +56,32 @@ def declaration_code(state: GroupState, statement, uniform: list[tuple[str, str]
         if equals is None:
             if initializer and not cursors.kind(variable.type).endswith("ARRAY"):
                 raise Unsplittable(f"line {line}: {variable.spelling} is initialised directly, not with =")
+            declare(state, variable, spelled, one)
             continue
         start = state.src.start(variable_tokens[equals + 1])
         end = state.src.end(variable)
         value = " ".join(line for line in source_text(state, start, end).split("\n") if not line.lstrip().startswith("#"))
+        if variable.hash in state.uniformity.recomputable:
+            state.scopes[-1].append((variable.spelling, Recomputed(spelled, value)))
+            continue
+        declare(state, variable, spelled, one)
         if one and uniform is not None:
             uniform.append((variable.spelling, f"{variable.spelling} = {value};"))
         else:
             assignments.append(f"{variable.spelling} = {value};")
     return " ".join(assignments)
+
+
+def declare(state: GroupState, variable, spelled: str, one: bool) -> None:
+    """A variable's storage at the top of the group function: one value (uniform) or an array over the
+    group's threads, and its name in the current scope."""
+    storage = state.fresh("v")
+    if one:
+        state.declared.append(declare_storage(state, f"std::remove_cv_t<{spelled}> {storage};"))
+        state.scopes[-1].append((variable.spelling, storage))
+    else:
+        state.declared.append(declare_storage(state, f"std::remove_cv_t<{spelled}> {storage}[{MAX_THREADS}];"))
+        state.scopes[-1].append((variable.spelling, f"{storage}[shimkit_t]"))
 
 
 def through_opaque_reference(state: GroupState, variable) -> None:

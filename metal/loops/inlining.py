@@ -100,7 +100,9 @@ def write_inlined(state: GroupState, call, mask: str, out: list[str], pending: l
                 aliases.append(f"constexpr auto {parameter} = {definition.get_template_argument_value(index)};")
             else:
                 raise Unsplittable(f"line {line}: {name} has a template argument of kind {kind.lower()}")
-    bound, assignments, shared = [], [], []
+    bound: list[tuple[str, str]] = []
+    assignments: list[str] = []
+    shared: list[str] = []
     modified = assigned_parameters(parameters, body_of(definition))
     for parameter, argument in zip(parameters, arguments):
         kind = cursors.kind(parameter.type)
@@ -153,7 +155,7 @@ def write_inlined(state: GroupState, call, mask: str, out: list[str], pending: l
     if pattern is not None and cursors.kind(pattern) == "FUNCTION_TEMPLATE" and body_of(pattern) is not None:
         qualify(state, body_of(pattern))  # the instantiation leaves out some type sugar (opmath_t<T>)
     saved_scopes, saved_depth, saved_uniformity = state.scopes, state.loop_depth, state.uniformity
-    state.scopes, state.loop_depth = [[], bound], 0  # the callee sees its parameters, not the caller's names
+    state.scopes, state.loop_depth = [[], [*bound]], 0  # the callee sees its parameters, not the caller's names
     group_parameters = {name for name, element in bound if "shimkit_t" not in element}
     state.uniformity = Uniformity(
         body_of(definition), lambda statement: bool(state.split_points(statement)),

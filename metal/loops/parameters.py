@@ -9,7 +9,7 @@ import re
 import shimkit.metal.cursors as cursors
 from shimkit.metal.loops.reach import Reach
 from shimkit.metal.loops.source import Source, body_of, parameters_of
-from shimkit.metal.loops.state import MAX_THREADS, GroupState, Unsplittable
+from shimkit.metal.loops.state import MAX_THREADS, GroupState, Recomputed, Unsplittable
 from shimkit.metal.loops.uniformity import Uniformity
 
 ASSIGNMENTS = {"=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--"}
@@ -18,7 +18,7 @@ INTEGER_KINDS = {"UINT", "USHORT", "ULONG", "ULONGLONG", "INT", "SHORT", "LONG",
                  "CHAR_U", "CHAR_S"}
 THREAD_INDEX = {"index_in_group": "shimkit_t", "lane": "shimkit_t % ::shimkit_metal::kSimdWidth",
                 "simd_index": "shimkit_t / ::shimkit_metal::kSimdWidth",
-                "simds_per_group": "shimkit_g.base().simds_per_group"}
+                "simds_per_group": "shimkit_p.base.simds_per_group"}
 
 
 def start_group(source: Source, kernel, parameters: list, reach: Reach) -> GroupState:
@@ -29,7 +29,7 @@ def start_group(source: Source, kernel, parameters: list, reach: Reach) -> Group
         raise Unsplittable("libclang and the front end read different parameter lists")
     state = GroupState(source, kernel, reach, body_of(kernel))
     modified = assigned_parameters(arguments, state.body_cursor)
-    outer: list[tuple[str, str]] = []
+    outer: list[tuple[str, str | Recomputed]] = []
     for argument, parameter in zip(arguments, parameters):
         name, spelled = argument.spelling, argument.type.spelling
         if parameter.kind == "buffer":
@@ -49,8 +49,8 @@ def start_group(source: Source, kernel, parameters: list, reach: Reach) -> Group
                 or (parameter.kind == "position" and parameter.binding not in ("grid", "in_group")):
             state.group_values.add(name)
         if parameter.kind == "position":
-            where = (f"shimkit_g.{parameter.binding}<shimkit_along_x>(shimkit_t).v" if parameter.binding in ("grid", "in_group")
-                     else f"shimkit_g.base().{parameter.binding}")
+            where = (f"shimkit_p.{parameter.binding}<shimkit_along_x>(shimkit_t).v" if parameter.binding in ("grid", "in_group")
+                     else f"shimkit_p.base.{parameter.binding}")
             value = f"::shimkit_metal::from_position<{spelled}>({where})"
         elif parameter.kind == "index":
             value = f"::shimkit_metal::from_index<{spelled}>({THREAD_INDEX[parameter.binding]})"
@@ -65,7 +65,9 @@ def start_group(source: Source, kernel, parameters: list, reach: Reach) -> Group
     state.uniformity = Uniformity(
         state.body_cursor, lambda statement: bool(state.split_points(statement)),
         lambda declared: cursors.kind(declared) == "PARM_DECL" and declared.semantic_parent == kernel
-        and declared.spelling in state.group_values)
+        and declared.spelling in state.group_values,
+        lambda declared: cursors.kind(declared) == "PARM_DECL" and declared.semantic_parent == kernel
+        and any(declared.spelling == name for name, _ in state.thread_values))
     return state
 
 

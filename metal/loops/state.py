@@ -19,6 +19,18 @@ class Unsplittable(Exception):
     """Why a kernel keeps running on fibers."""
 
 
+@dataclass(frozen=True)
+class Recomputed:
+    """What a region binds a recomputable variable's name to (uniformity): its value, computed again
+    from the thread's position, of its declared type."""
+
+    type: str
+    value: str
+
+    def binding(self, name: str) -> str:
+        return f"std::remove_cv_t<{self.type}> {name} = ({self.value});"
+
+
 @dataclass
 class GroupState:
     """What writing one kernel's group function has gathered so far."""
@@ -57,9 +69,9 @@ class GroupState:
     cleared: set[str] = field(default_factory=set)
     # names declared at group level (a region joined across them could see them)
     hoisted: list[str] = field(default_factory=list)
-    # (name, the thread's element it names in a region: `shimkit_v1[shimkit_t]`, or a value shared by the
-    # group's threads) by block
-    scopes: list[list[tuple[str, str]]] = field(default_factory=lambda: [[]])
+    # (name, the thread's element it names in a region: `shimkit_v1[shimkit_t]`, a value shared by the
+    # group's threads, or its value computed again) by block
+    scopes: list[list[tuple[str, str | Recomputed]]] = field(default_factory=lambda: [[]])
     loop_depth: int = 0
     names: int = 0
     uniformity: Uniformity = field(init=False)  # of the body being written (the kernel's or an inlined one's)

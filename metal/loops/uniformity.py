@@ -23,6 +23,13 @@ one), under uniform control (every ``if`` and loop around it has a uniform condi
 uniform value. The last two depend on which variables are uniform: the analysis starts from every
 candidate and drops those that break a rule until none does. Memory (device or threadgroup) is never
 uniform: another thread may write it between two barriers.
+
+A variable that is not uniform is *recomputable* when its initialisation is its one assignment (and its
+address is never taken nor bound to a reference) and its value is built the same way from thread
+parameters (positions, indices), the seeds, constants, uniform variables assigned once and recomputable
+variables: every region that names it computes it again from the thread's position instead of reading a
+per-thread array that the first region filled (Inductor's ``int x0 = xindex;`` and ``auto r0_index =
+thread_pos.y;``: four stores per thread in a row sum's first pass and loads in its last).
 """
 
 from __future__ import annotations
@@ -78,8 +85,9 @@ class Uniformity:
     with ``size`` a ``threads_per_threadgroup`` parameter, ``s`` is uniform and so is ``s > 0``; ``t < s``
     is not (``t`` is the thread's position)."""
 
-    def __init__(self, body, group_level: Callable[[Any], bool], seeds: Callable[[Any], bool]) -> None:
-        self.group_level, self.seeds = group_level, seeds
+    def __init__(self, body, group_level: Callable[[Any], bool], seeds: Callable[[Any], bool],
+                 threads: Callable[[Any], bool] = lambda declared: False) -> None:
+        self.group_level, self.seeds, self.threads = group_level, seeds, threads
         self.variables: set[int] = set()   # hashes of the uniform variables' declarations
         self.locals: set[int] = set()      # hashes of every variable the body declares
         # for each candidate: (conditions it is assigned under, the assigned value or None)
@@ -97,6 +105,17 @@ class Uniformity:
                 if not all(all(self.uniform(c) for c in conditions) and (value is None or self.uniform(value))
                            for conditions, value in writes[variable]):
                     self.variables.discard(variable)
+                    changed = True
+        self._once = {h for h in self.variables if touched.get(h, 0) == 1}  # uniform, assigned by its initialisation
+        self.recomputable: set[int] = {h for h in writes if h in self.locals and h not in self.variables
+                                       and touched.get(h, 0) == sanctioned.get(h, 0) == 1 and len(writes[h]) == 1
+                                       and writes[h][0][1] is not None}
+        changed = True
+        while changed:
+            changed = False
+            for variable in sorted(self.recomputable):
+                if not self._recomputed(writes[variable][0][1]):
+                    self.recomputable.discard(variable)
                     changed = True
 
     def uniform(self, expression) -> bool:
@@ -118,6 +137,34 @@ class Uniformity:
             return len(children) == 3 and all(self.uniform(c) for c in children)
         if kind == "DECL_REF_EXPR":
             return self._uniform_declaration(expression.referenced)
+        return False
+
+    def _recomputed(self, expression) -> bool:
+        """Whether ``expression`` gives a thread the same value wherever it is evaluated after the
+        declarations it names (see the module's docstring)."""
+        kind = cursors.kind(expression)
+        children = cursors.operands(expression)
+        if kind in LITERALS:
+            return True
+        if kind in cursors.TRANSPARENT or kind in cursors.CASTS:
+            return len(children) == 1 and self._recomputed(children[0])
+        if kind == "BINARY_OPERATOR":
+            return (len(children) == 2 and cursors.operator(expression) not in ASSIGNMENTS | {","}
+                    and all(self._recomputed(c) for c in children))
+        if kind == "UNARY_OPERATOR":
+            return len(children) == 1 and cursors.operator(expression) in PURE_UNARY and self._recomputed(children[0])
+        if kind == "CONDITIONAL_OPERATOR":
+            return len(children) == 3 and all(self._recomputed(c) for c in children)
+        if kind == "MEMBER_REF_EXPR":  # a field of a value (`thread_pos.x`), not through a pointer
+            return (len(children) == 1 and cursors.kind(children[0].type.get_canonical()) != "POINTER"
+                    and self._recomputed(children[0]))
+        if kind == "DECL_REF_EXPR":
+            declared = expression.referenced
+            if declared is None:
+                return False
+            if declared.hash in self.locals:
+                return declared.hash in self.recomputable or declared.hash in self._once
+            return self.threads(declared) or self._uniform_declaration(declared)
         return False
 
     def _uniform_declaration(self, declared) -> bool:

@@ -32,6 +32,7 @@ def write_group_function(state: GroupState) -> str:
     parameters = ", ".join([*state.buffers, "const ::shimkit_metal::ThreadInfo& shimkit_base",
                             "::shimkit_metal::uint shimkit_count"])
     prologue = (f"::shimkit_metal::LoopGroup shimkit_g(shimkit_base, shimkit_count); "
+                f"const ::shimkit_metal::Positions shimkit_p = shimkit_g.positions(); "
                 f"const bool shimkit_measuring = ::shimkit_metal::measuring; (void)shimkit_measuring; "
                 f"{' '.join(state.storage)} {' '.join(state.top)} {body}")
     if state.scalar_positions:

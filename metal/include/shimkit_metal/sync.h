@@ -59,17 +59,21 @@ template <class V, class A = long> struct ArrayLanes {
 template <class T, class Op, uint Width> inline void fold_half(T* v) {
   for (uint i = 0; i < Width; ++i) v[i] = Op()(v[i], v[i + Width]);
 }
+// A full simdgroup's butterfly: `v`, its 32 lanes' values, folded in place; the result.
+template <class T, class Op> inline T fold_simdgroup(T* v) {
+  static_assert(kSimdWidth == 32, "the butterfly folds 32 lanes");
+  fold_half<T, Op, 16>(v);
+  fold_half<T, Op, 8>(v);
+  fold_half<T, Op, 4>(v);
+  fold_half<T, Op, 2>(v);
+  fold_half<T, Op, 1>(v);
+  return v[0];
+}
 template <class T, class Op, class Lanes> void reduce_lanes(const Lanes& lanes) {
-  static_assert(kSimdWidth == 32, "the butterfly below folds 32 lanes");
   if (lanes.full()) {
     T v[kSimdWidth];
     for (uint i = 0; i < kSimdWidth; ++i) v[i] = lanes.template value<T>(i);
-    fold_half<T, Op, 16>(v);
-    fold_half<T, Op, 8>(v);
-    fold_half<T, Op, 4>(v);
-    fold_half<T, Op, 2>(v);
-    fold_half<T, Op, 1>(v);
-    lanes.set_all(v[0]);
+    lanes.set_all(fold_simdgroup<T, Op>(v));
     return;
   }
   bool have = false;
@@ -394,23 +398,30 @@ SHIMKIT_ATOMIC_FETCH(max, old < v ? v : old)
 // c10::metal::simd_sum and simd_prod are Metal's, and its simd_max and simd_min for floating types give
 // NaN to every lane where an active lane holds one (`simd_any(isnan(val))`).
 namespace shimkit_metal::c10_lanes {
-struct Sum {
-  template <class T> void operator()(const bool* on, T* out, const T* v) const { ::metal::lanes::simd_sum(on, out, v); }
-};
-struct Product {
+// `operator()(on, out, v)`: the lanes `on` of one simdgroup combined, into each active lane's `out`;
+// `whole(v)`: all 32 lanes' combined value (the same bits).
+template <class Op>
+struct Fold {
   template <class T> void operator()(const bool* on, T* out, const T* v) const {
-    ::metal::lanes::simd_product(on, out, v);
+    ::metal::simd_detail::reduce_lanes<T, Op>(::metal::simd_detail::ArrayLanes<T>{on, out, v});
+  }
+  template <class T> T whole(const T* v) const {
+    T lanes[kSimdWidth];
+    std::memcpy(lanes, v, sizeof(lanes));
+    return ::metal::simd_detail::fold_simdgroup<T, Op>(lanes);
   }
 };
-template <bool kMax>
-struct Extreme {
+using Sum = Fold<::metal::simd_detail::plus>;
+using Product = Fold<::metal::simd_detail::times>;
+template <class Op>
+struct NanPropagating : Fold<Op> {
   template <class T> void operator()(const bool* on, T* out, const T* v) const {
     if constexpr (std::is_floating_point_v<T>) {
       // A whole simdgroup's test is one vector loop (GCC keeps a loop that also reads `on` scalar).
       unsigned long long words[kSimdWidth / 8];
       std::memcpy(words, on, sizeof(words));
       int nan = 0;
-      if ((words[0] & words[1] & words[2] & words[3]) == 0x0101010101010101ull) {
+      if ((words[0] & words[1] & words[2] & words[3]) == kAllEight) {
         for (uint i = 0; i < kSimdWidth; ++i) nan |= v[i] != v[i];
       } else {
         for (uint i = 0; i < kSimdWidth; ++i) nan |= on[i] && v[i] != v[i];
@@ -421,13 +432,17 @@ struct Extreme {
         return;
       }
     }
-    if constexpr (kMax) {
-      ::metal::lanes::simd_max(on, out, v);
-    } else {
-      ::metal::lanes::simd_min(on, out, v);
+    Fold<Op>::operator()(on, out, v);
+  }
+  template <class T> T whole(const T* v) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      int nan = 0;
+      for (uint i = 0; i < kSimdWidth; ++i) nan |= v[i] != v[i];
+      if (nan) return ::metal::numeric_limits<T>::quiet_NaN();
     }
+    return Fold<Op>::whole(v);
   }
 };
-using Max = Extreme<true>;
-using Min = Extreme<false>;
+using Max = NanPropagating<::metal::simd_detail::maximum>;
+using Min = NanPropagating<::metal::simd_detail::minimum>;
 }  // namespace shimkit_metal::c10_lanes
