@@ -622,6 +622,7 @@ kernel void steps(device float* out, constant float* in, constant uint& limit, c
                   uint i [[thread_position_in_grid]], uint t [[thread_position_in_threadgroup]],
                   uint n [[threads_per_threadgroup]]) {
   threadgroup float partial[32];
+  threadgroup long indices[32];
   if (i >= limit) return;
   const float v = in[i];
   const uint idx = (t + shift) % n;
@@ -629,24 +630,30 @@ kernel void steps(device float* out, constant float* in, constant uint& limit, c
   const float product = c10::metal::threadgroup_prod(partial, v, idx, n);
   const float largest = c10::metal::threadgroup_max(partial, v, idx, n);
   const float smallest = c10::metal::threadgroup_min(partial, v, idx, n);
-  out[4 * i] = total;
-  out[4 * i + 1] = product;
-  out[4 * i + 2] = largest;
-  out[4 * i + 3] = smallest;
+  const long first_largest = c10::metal::threadgroup_argmax(partial, indices, v, long(i), idx, n);
+  const long first_smallest = c10::metal::threadgroup_argmin(partial, indices, v, long(i), idx, n);
+  out[6 * i] = total;
+  out[6 * i + 1] = product;
+  out[6 * i + 2] = largest;
+  out[6 * i + 3] = smallest;
+  out[6 * i + 4] = float(first_largest);
+  out[6 * i + 5] = float(first_smallest);
 }
 """
 
 
 def test_c10s_float_reductions_are_one_group_level_step_each():
-    """c10's threadgroup_sum, _prod, _max and _min of float run as LoopGroup::threadgroup_reduce, a step
-    over the group (POCL's work-group functions), not as their inlined regions: the kernel is its three
-    regions (the caller's statements before, between and after the calls) and four steps."""
+    """c10's threadgroup_sum, _prod, _max, _min, _argmax and _argmin of float run as a step over the group
+    (LoopGroup::threadgroup_reduce, threadgroup_arg_reduce; POCL's work-group functions), not as their
+    inlined regions: the kernel is the caller's seven regions before, between and after the calls, and six
+    steps."""
     text = compile_library(C10_STEPS)[1].text
     group = text[text.index("steps__shimkit_group"):]
     assert group.count("shimkit_g.threadgroup_reduce(") == 4, group
-    for combine in ("Sum", "Product", "Max", "Min"):
+    assert group.count("shimkit_g.threadgroup_arg_reduce(") == 2, group
+    for combine in ("Sum", "Product", "Max", "Min", "ArgMax", "ArgMin"):
         assert f"::shimkit_metal::c10_lanes::{combine}{{}}" in group
-    assert "shimkit_g.lanes(" not in group and group.count("shimkit_g.region(") <= 5, group
+    assert "shimkit_g.lanes(" not in group and group.count("shimkit_g.region(") == 7, group
 
 
 @given(group=st.integers(1, 256), groups=st.integers(1, 3), shift=st.sampled_from([0, 0, 1, 31, 33]),
@@ -665,7 +672,7 @@ def test_c10s_reductions_as_group_steps_compute_what_fibers_compute(group, group
     limit = max(threads - returned, 0)
     results = []
     for kernel in (split, fibers):
-        out = torch.full((4 * threads,), -7.0)
+        out = torch.full((6 * threads,), -7.0)
         kernel(out, x, limit, shift, threads=threads, group_size=group)
         results.append(out)
     assert torch.equal(results[0].isnan(), results[1].isnan())

@@ -64,7 +64,7 @@ struct Coordinate {
 // A group's thread coordinates, computed from a thread's index (not stored per thread). The group
 // function keeps a copy in a local (`shimkit_p`): read from the group, they were reloaded for every
 // thread after each store through a kernel's buffer, which may alias the group as far as the compiler
-// knows (-fno-strict-aliasing). Inductor's row sum 1.73 -> 1.xx ms.
+// knows (-fno-strict-aliasing): Inductor's row sum 1.73 -> 1.60 ms on a harness.
 struct Positions {
   // `base` holds the group's uniform fields, with `grid` the grid position of its first thread.
   explicit Positions(const ThreadInfo& group) : base(group) {
@@ -229,9 +229,7 @@ class LoopGroup {
   void threadgroup_reduce(const bool* mask, T* result, T* data, const T* val, const uint* idx, uint size,
                           Combine&& combine) {
     const uint count = count_;
-    uint differ = !(everyone_ && mask == alive);
-    for (uint t = 0; t < count; ++t) differ |= idx[t] ^ t;  // no early exit: a vector loop
-    if (differ) return threadgroup_reduce_by_regions(mask, result, data, val, idx, size, combine);
+    if (!everyone_at_own_index(mask, idx)) return threadgroup_reduce_by_regions(mask, result, data, val, idx, size, combine);
     bool on[kSimdWidth];
     T lanes[kSimdWidth], combined[kSimdWidth];
     for (uint first = 0; first < count; first += kSimdWidth) {  // lane 0's thread stores: idx % 32 == 0
@@ -291,6 +289,113 @@ class LoopGroup {
       result[t] = data[0];
       return true;
     });
+  }
+
+  // c10's threadgroup_argmax and _argmin over the whole group at once, as threadgroup_reduce: each
+  // simdgroup's (extreme, index) (c10_lanes::Arg); where `size <= 32` that is every thread's result;
+  // else a thread at `idx % 32 == 0` stores it at `arg_data` / `index_data[idx / 32]`, the threads at
+  // `idx < ceil(size / 32)` combine those, the one at `idx == 0` stores the index at `index_data[0]`,
+  // and every thread reads it.
+  template <class T, class I, class Arg>
+  void threadgroup_arg_reduce(const bool* mask, I* result, T* arg_data, I* index_data, const T* val,
+                              const I* index_val, const uint* idx, uint size, Arg&& arg) {
+    if (!everyone_at_own_index(mask, idx))
+      return threadgroup_arg_reduce_by_regions(mask, result, arg_data, index_data, val, index_val, idx, size, arg);
+    const uint count = count_;
+    bool on[kSimdWidth];
+    T value;
+    I at;
+    for (uint first = 0; first < count; first += kSimdWidth) {
+      if (first + kSimdWidth <= count) {
+        arg.whole(val + first, index_val + first, value, at);
+      } else {
+        for (uint i = 0; i < kSimdWidth; ++i) on[i] = first + i < count;
+        arg(on, val + first, index_val + first, value, at);
+      }
+      if (size <= kSimdWidth) {
+        for (uint t = first; t < first + kSimdWidth && t < count; ++t) result[t] = at;
+        continue;
+      }
+      arg_data[first / kSimdWidth] = value;
+      index_data[first / kSimdWidth] = at;
+    }
+    if (size <= kSimdWidth) return;
+    const uint partials = (size + kSimdWidth - 1) / kSimdWidth, acting = partials < count ? partials : count;
+    T values[kMaxGroupThreads];
+    I indices[kMaxGroupThreads];
+    for (uint t = 0; t < acting; ++t) {
+      values[t] = arg_data[t];
+      indices[t] = index_data[t];
+    }
+    for (uint first = 0; first < acting; first += kSimdWidth) {
+      for (uint i = 0; i < kSimdWidth; ++i) on[i] = first + i < acting;
+      arg(on, values + first, indices + first, value, at);
+      if (first == 0) index_data[0] = at;
+    }
+    const I chosen = index_data[0];
+    for (uint t = 0; t < count; ++t) result[t] = chosen;
+  }
+
+  // threadgroup_arg_reduce's steps region by region (threadgroup_reduce_by_regions).
+  template <class T, class I, class Arg>
+  void threadgroup_arg_reduce_by_regions(const bool* mask, I* result, T* arg_data, I* index_data, const T* val,
+                                         const I* index_val, const uint* idx, uint size, Arg& arg) {
+    T values[kMaxGroupThreads];
+    I indices[kMaxGroupThreads];
+    const auto combine = [&](const bool* on, uint first, const T* v, const I* index) {
+      T value;
+      I at;
+      arg(on, v + first, index + first, value, at);
+      for (uint i = 0; i < kSimdWidth; ++i) {
+        if (!on[i]) continue;
+        values[first + i] = value;
+        indices[first + i] = at;
+      }
+    };
+    lanes(mask, [&](const bool* on, uint first) { combine(on, first, val, index_val); });
+    if (size <= kSimdWidth) {
+      region(mask, [&](uint t) {
+        result[t] = indices[t];
+        return true;
+      });
+      return;
+    }
+    region(mask, [&](uint t) {
+      if (idx[t] % kSimdWidth == 0) {
+        arg_data[idx[t] / kSimdWidth] = values[t];
+        index_data[idx[t] / kSimdWidth] = indices[t];
+      }
+      return true;
+    });
+    bool acting[kMaxGroupThreads];
+    T read_values[kMaxGroupThreads];
+    I read_indices[kMaxGroupThreads];
+    std::memset(acting, 0, count_);
+    region(mask, [&](uint t) {
+      acting[t] = idx[t] < (size + kSimdWidth - 1) / kSimdWidth;
+      if (acting[t]) {
+        read_values[t] = arg_data[idx[t]];
+        read_indices[t] = index_data[idx[t]];
+      }
+      return true;
+    });
+    lanes(acting, [&](const bool* on, uint first) { combine(on, first, read_values, read_indices); });
+    region(acting, [&](uint t) {
+      if (idx[t] == 0) index_data[0] = indices[t];
+      return true;
+    });
+    region(mask, [&](uint t) {
+      result[t] = index_data[0];
+      return true;
+    });
+  }
+
+  // Whether every thread runs and `mask` is all of them, each with `idx` its index: the group steps'
+  // fast path.
+  bool everyone_at_own_index(const bool* mask, const uint* idx) const {
+    uint differ = !(everyone_ && mask == alive);
+    for (uint t = 0; t < count_; ++t) differ |= idx[t] ^ t;  // no early exit: a vector loop
+    return !differ;
   }
 
   bool any(const bool* mask) const {

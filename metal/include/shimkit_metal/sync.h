@@ -445,4 +445,32 @@ struct NanPropagating : Fold<Op> {
 };
 using Max = NanPropagating<::metal::simd_detail::maximum>;
 using Min = NanPropagating<::metal::simd_detail::minimum>;
+// c10's simd_argmax / simd_argmin of (value, index): the lanes' extreme as above, and the index of the
+// first lane holding it or a NaN (`simd_ballot(val == rc || isnan(val))`, its lowest bit broadcast).
+template <class Extreme>
+struct Arg {
+  template <class T, class I> void operator()(const bool* on, const T* v, const I* index, T& value, I& at) const {
+    T out[kSimdWidth];
+    Extreme()(on, out, v);
+    uint lane = 0;
+    while (!on[lane]) ++lane;  // the combine runs for a simdgroup with an active lane
+    value = out[lane];
+    at = first_holding(on, v, index, value, lane);
+  }
+  template <class T, class I> void whole(const T* v, const I* index, T& value, I& at) const {
+    bool on[kSimdWidth];
+    std::memset(on, 1, sizeof(on));
+    value = Extreme().whole(v);
+    at = first_holding(on, v, index, value, 0);
+  }
+
+ private:
+  template <class T, class I> static I first_holding(const bool* on, const T* v, const I* index, T value, uint from) {
+    for (uint i = from; i < kSimdWidth; ++i)
+      if (on[i] && (v[i] == value || v[i] != v[i])) return index[i];
+    return index[from];
+  }
+};
+using ArgMax = Arg<Max>;
+using ArgMin = Arg<Min>;
 }  // namespace shimkit_metal::c10_lanes
