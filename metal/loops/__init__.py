@@ -37,8 +37,9 @@ The passes, in POCL's manner one idea per module, share one record (``state.Grou
 (libclang's AST and the source it maps to), ``cache`` (the precompiled header and the store's key),
 ``reach`` and ``uniformity`` (analyses), ``parameters``, ``text`` and ``returns`` (what a statement is in a
 region), ``bindings``, ``fragments`` and ``regions`` (parallel regions), ``collectives``, ``declarations``,
-``inlining``, ``control_flow``, ``early_return``, and ``writer``, which walks the body; ``split`` runs
-them over a translation.
+``inlining``, ``group_reductions`` (c10's two-stage reductions as one group-level step),
+``control_flow``, ``early_return``, and ``writer``, which walks the body; ``split`` runs them over a
+translation.
 """
 
 from __future__ import annotations
