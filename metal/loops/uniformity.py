@@ -120,52 +120,46 @@ class Uniformity:
 
     def uniform(self, expression) -> bool:
         """Whether ``expression`` has one value for the whole group (see the module's docstring)."""
-        if expression is None:
-            return False
-        kind = cursors.kind(expression)
-        children = cursors.operands(expression)
-        if kind in LITERALS:
-            return True
-        if kind in cursors.TRANSPARENT or kind in cursors.CASTS:
-            return len(children) == 1 and self.uniform(children[0])
-        if kind == "BINARY_OPERATOR":
-            return (len(children) == 2 and cursors.operator(expression) not in ASSIGNMENTS | {","}
-                    and all(self.uniform(c) for c in children))
-        if kind == "UNARY_OPERATOR":
-            return len(children) == 1 and cursors.operator(expression) in PURE_UNARY and self.uniform(children[0])
-        if kind == "CONDITIONAL_OPERATOR":
-            return len(children) == 3 and all(self.uniform(c) for c in children)
-        if kind == "DECL_REF_EXPR":
-            return self._uniform_declaration(expression.referenced)
-        return False
+        return expression is not None and self._built_from(expression, self._uniform_declaration, fields=False)
 
     def _recomputed(self, expression) -> bool:
         """Whether ``expression`` gives a thread the same value wherever it is evaluated after the
-        declarations it names (see the module's docstring)."""
+        declarations it names (see the module's docstring): a field of a value (``thread_pos.x``) too."""
+        return self._built_from(expression, self._recomputed_declaration, fields=True)
+
+    def _built_from(self, expression, declaration: Callable[[Any], bool], fields: bool) -> bool:
+        """Whether ``expression`` is built by operators, casts and literals from the declarations that
+        ``declaration`` accepts (and, with ``fields``, fields of such values, not through a pointer)."""
         kind = cursors.kind(expression)
         children = cursors.operands(expression)
+
+        def built(child) -> bool:
+            return self._built_from(child, declaration, fields)
+
         if kind in LITERALS:
             return True
         if kind in cursors.TRANSPARENT or kind in cursors.CASTS:
-            return len(children) == 1 and self._recomputed(children[0])
+            return len(children) == 1 and built(children[0])
         if kind == "BINARY_OPERATOR":
             return (len(children) == 2 and cursors.operator(expression) not in ASSIGNMENTS | {","}
-                    and all(self._recomputed(c) for c in children))
+                    and all(built(c) for c in children))
         if kind == "UNARY_OPERATOR":
-            return len(children) == 1 and cursors.operator(expression) in PURE_UNARY and self._recomputed(children[0])
+            return len(children) == 1 and cursors.operator(expression) in PURE_UNARY and built(children[0])
         if kind == "CONDITIONAL_OPERATOR":
-            return len(children) == 3 and all(self._recomputed(c) for c in children)
-        if kind == "MEMBER_REF_EXPR":  # a field of a value (`thread_pos.x`), not through a pointer
+            return len(children) == 3 and all(built(c) for c in children)
+        if kind == "MEMBER_REF_EXPR" and fields:
             return (len(children) == 1 and cursors.kind(children[0].type.get_canonical()) != "POINTER"
-                    and self._recomputed(children[0]))
+                    and built(children[0]))
         if kind == "DECL_REF_EXPR":
-            declared = expression.referenced
-            if declared is None:
-                return False
-            if declared.hash in self.locals:
-                return declared.hash in self.recomputable or declared.hash in self._once
-            return self.threads(declared) or self._uniform_declaration(declared)
+            return declaration(expression.referenced)
         return False
+
+    def _recomputed_declaration(self, declared) -> bool:
+        if declared is None:
+            return False
+        if declared.hash in self.locals:
+            return declared.hash in self.recomputable or declared.hash in self._once
+        return self.threads(declared) or self._uniform_declaration(declared)
 
     def _uniform_declaration(self, declared) -> bool:
         if declared is None:
