@@ -146,6 +146,16 @@ def combines_reached(state: GroupState, calls: list) -> int:
     return count
 
 
+def leave_before_group_step(state: GroupState, mask: str, pending: list[str]) -> None:
+    """A thread that returns from an inlined function in the region before a combine or a group step
+    takes no part in it (the next region's test would take it out of the mask only after it)."""
+    leaving = [re.sub(r"(shimkit_x\d+\[shimkit_t\] = true; )return true;", rf"\1{mask}[shimkit_t] = false; return true;",
+                      entry) for entry in pending]
+    if leaving != pending:
+        state.cleared.add(mask)
+        pending[:] = [Carried(new) if isinstance(old, Carried) else new for old, new in zip(pending, leaving)]
+
+
 def split_directly(state: GroupState, statement, splits: list, mask: str, out: list[str], pending: list[str],
                     flush: Flush, code: Callable[[], str],
                     evaluated_to: Callable[[str], None] | None = None) -> bool:
@@ -159,13 +169,7 @@ def split_directly(state: GroupState, statement, splits: list, mask: str, out: l
     storage, operands, combine, evaluated = direct
     if storage:
         state.declared.append(storage)
-    # A thread that returns from an inlined function in the region before the combine takes no part
-    # in it (the next region's test would take it out of the mask only after the combine).
-    leaving = [re.sub(r"(shimkit_x\d+\[shimkit_t\] = true; )return true;", rf"\1{mask}[shimkit_t] = false; return true;",
-                      entry) for entry in pending]
-    if leaving != pending:
-        state.cleared.add(mask)
-        pending[:] = [Carried(new) if isinstance(old, Carried) else new for old, new in zip(pending, leaving)]
+    leave_before_group_step(state, mask, pending)
     pending.append(operands)
     flush()
     out.append(combine)

@@ -12,6 +12,7 @@ import hashlib
 
 import shimkit.metal.cursors as cursors
 from shimkit.metal.loops.bindings import group_bindings, with_declared_types
+from shimkit.metal.loops.collectives import leave_before_group_step
 from shimkit.metal.loops.inlining import group_parameter, uniform_argument
 from shimkit.metal.loops.regions import declare_storage
 from shimkit.metal.loops.source import body_of, parameters_of, qualified_name
@@ -93,7 +94,7 @@ def write_group_reduction(state: GroupState, call, mask: str, out: list[str], pe
                 return None
             group[position] = f"({known if known is not None else expression_code(state, argument)})"
     storage, assignments, passed = [], [], []
-    for position, (argument, role, parameter) in enumerate(zip(arguments, roles, parameters)):
+    for position, (argument, role) in enumerate(zip(arguments, roles)):
         if position in group:
             passed.append(group[position])
             continue
@@ -110,6 +111,7 @@ def write_group_reduction(state: GroupState, call, mask: str, out: list[str], pe
     storage.append(declare_storage(state, f"{result_type} {result}[{MAX_THREADS}];"))
     if any(storage):
         out.append(" ".join(s for s in storage if s))
+    leave_before_group_step(state, mask, pending)
     pending.append(" ".join(assignments))
     flush()
     code = with_declared_types(state, f"shimkit_g.{step}({mask}, {result}, {', '.join(passed)}, "
