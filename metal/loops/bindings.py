@@ -67,15 +67,24 @@ def group_bindings(state: GroupState, code: str) -> tuple[str, str]:
     return opening + bindings, closing
 
 
-def variable_element(state: GroupState, argument, declared_type, arguments: list) -> str | None:
-    """The element a per-thread variable of the caller names, where ``argument`` is that variable alone,
-    of the parameter's type and no other argument names it (which could change it through a pointer)."""
+def named_variable(state: GroupState, argument):
+    """``(name, its binding in the innermost scope that has one or None, its canonical type)`` where
+    ``argument`` names a variable alone, else None."""
     reference = cursors.unwrapped(argument)
     if cursors.kind(reference) != "DECL_REF_EXPR" or reference.referenced is None:
         return None
     name = reference.spelling
     element = next((e for scope in reversed(state.scopes) for n, e in reversed(scope) if n == name), None)
-    variable_type = reference.referenced.type.get_canonical()
+    return name, element, reference.referenced.type.get_canonical()
+
+
+def variable_element(state: GroupState, argument, declared_type, arguments: list) -> str | None:
+    """The element a per-thread variable of the caller names, where ``argument`` is that variable alone,
+    of the parameter's type and no other argument names it (which could change it through a pointer)."""
+    named = named_variable(state, argument)
+    if named is None:
+        return None
+    name, element, variable_type = named
     if (element is None or isinstance(element, Recomputed) or declared_type.is_const_qualified()
             or variable_type.is_const_qualified()
             or variable_type.spelling != declared_type.spelling):

@@ -1,17 +1,17 @@
 """Work-group reductions: a call of c10's two-stage threadgroup reductions (``threadgroup_sum``, ``_prod``,
-``_max``, ``_min`` in torch's ``c10/metal/reduction_utils.h``, which every Inductor reduction calls) runs
-as one group-level step, ``LoopGroup::threadgroup_reduce`` in ``shimkit_metal/loops.h``, as POCL runs
-OpenCL's ``work_group_reduce_*``. The helper inlined is five loops over the group and two combines; the
-step takes the same combines over the same lanes, and where every thread runs and ``idx`` is the thread's
-index it touches only the threads that act in each stage. A helper whose body is not the one this
-was written against (another torch), or whose operands do not fit, is inlined as before."""
+``_max``, ``_min``, ``_argmax``, ``_argmin`` in torch's ``c10/metal/reduction_utils.h``, which every
+Inductor reduction calls) runs as one group-level step, ``LoopGroup::threadgroup_reduce`` or
+``threadgroup_arg_reduce`` in ``shimkit_metal/loops.h``, as POCL runs OpenCL's ``work_group_reduce_*``. The
+helper inlined is five loops over the group and two combines; the step takes the same combines over the
+same lanes, and where every thread runs and ``idx`` is the thread's index it touches only the threads that
+act in each stage. A helper whose body is not the one this was written against (another torch), or whose
+operands do not fit, is inlined as before."""
 
 from __future__ import annotations
 
 import hashlib
 
-import shimkit.metal.cursors as cursors
-from shimkit.metal.loops.bindings import group_bindings, with_declared_types
+from shimkit.metal.loops.bindings import group_bindings, named_variable, with_declared_types
 from shimkit.metal.loops.collectives import leave_before_group_step
 from shimkit.metal.loops.inlining import group_parameter, uniform_argument
 from shimkit.metal.loops.regions import declare_storage
@@ -53,11 +53,10 @@ def body_digest(definition) -> str | None:
 def thread_array(state: GroupState, argument, type_: str) -> str | None:
     """The per-thread array of a variable of ``type_`` (``const`` or not: the step only reads it) that
     ``argument`` names alone, or None."""
-    reference = cursors.unwrapped(argument)
-    if cursors.kind(reference) != "DECL_REF_EXPR" or reference.referenced is None:
+    named = named_variable(state, argument)
+    if named is None:
         return None
-    element = next((e for scope in reversed(state.scopes) for n, e in reversed(scope) if n == reference.spelling), None)
-    variable_type = reference.referenced.type.get_canonical()
+    _, element, variable_type = named
     if (not isinstance(element, str) or not element.endswith("[shimkit_t]")
             or variable_type.spelling.removeprefix("const ") != type_):
         return None

@@ -393,7 +393,8 @@ class LoopGroup {
   // Whether every thread runs and `mask` is all of them, each with `idx` its index: the group steps'
   // fast path.
   bool everyone_at_own_index(const bool* mask, const uint* idx) const {
-    uint differ = !(everyone_ && mask == alive);
+    if (!everyone_ || mask != alive) return false;  // then idx of threads outside the mask was never written
+    uint differ = 0;
     for (uint t = 0; t < count_; ++t) differ |= idx[t] ^ t;  // no early exit: a vector loop
     return !differ;
   }

@@ -418,11 +418,9 @@ struct NanPropagating : Fold<Op> {
   template <class T> void operator()(const bool* on, T* out, const T* v) const {
     if constexpr (std::is_floating_point_v<T>) {
       // A whole simdgroup's test is one vector loop (GCC keeps a loop that also reads `on` scalar).
-      unsigned long long words[kSimdWidth / 8];
-      std::memcpy(words, on, sizeof(words));
       int nan = 0;
-      if ((words[0] & words[1] & words[2] & words[3]) == kAllEight) {
-        for (uint i = 0; i < kSimdWidth; ++i) nan |= v[i] != v[i];
+      if (::metal::simd_detail::ArrayLanes<T>{on, out, v}.full()) {
+        nan = any_nan(v);
       } else {
         for (uint i = 0; i < kSimdWidth; ++i) nan |= on[i] && v[i] != v[i];
       }
@@ -436,11 +434,16 @@ struct NanPropagating : Fold<Op> {
   }
   template <class T> T whole(const T* v) const {
     if constexpr (std::is_floating_point_v<T>) {
-      int nan = 0;
-      for (uint i = 0; i < kSimdWidth; ++i) nan |= v[i] != v[i];
-      if (nan) return ::metal::numeric_limits<T>::quiet_NaN();
+      if (any_nan(v)) return ::metal::numeric_limits<T>::quiet_NaN();
     }
     return Fold<Op>::whole(v);
+  }
+
+ private:
+  template <class T> static int any_nan(const T* v) {
+    int nan = 0;
+    for (uint i = 0; i < kSimdWidth; ++i) nan |= v[i] != v[i];
+    return nan;
   }
 };
 using Max = NanPropagating<::metal::simd_detail::maximum>;
