@@ -682,12 +682,12 @@ def _run_command(args: argparse.Namespace) -> int:
         # audit with its report (a Ctrl-C inside an import left a traceback and no report).
         with _quiet_libraries():  # ExecuTorch imports torchao, which logs the libraries it could not load
             import shimkit.audit.parallel, shimkit.audit.zoo  # noqa: F401
-            # A model the cache answers needs no lowering modules (a hit: 6.6 s with them, 4 s without). They
-            # are imported first where a model is surely lowered, where each forked worker would import them
-            # again, and where the import would count against --timeout; else by the first model lowered.
-            several = len(args.models) != 1 or bool(args.suite)
-            freeze_imported_heap(lowering=args.no_cache or args.timeout is not None
-                                 or (several and _in_workers(args, models=2)))
+            # A model the cache answers needs no lowering modules (the zoo answered whole: 8.5-9.5 s with
+            # them, 6.3-7.2 s without). They are imported first where a model is surely lowered and where
+            # the import would count against --timeout; else by the first model lowered, in its worker:
+            # -j workers import them side by side, in the wall time the parent took alone (cold zoo: 41 s
+            # either way).
+            freeze_imported_heap(lowering=args.no_cache or args.timeout is not None)
     if held:
         return _write(_interrupted_report(args, "before the first model"), args.json, sys.stdout)
     rendered = io.StringIO()

@@ -117,7 +117,8 @@ def test_the_audit_command_freezes_the_heap_its_imports_left():
 
 def test_models_answered_from_the_cache_import_no_lowering_module(tmp_path):
     """ExecuTorch's exir and Inductor's wrapper codegen are 2.6 s of a cache hit's 6.6 s: models audited in
-    the command's process are lowered, and so import and freeze them, only where the cache does not answer."""
+    the command's process, or in the workers it forks, are lowered, and so import and freeze them, only where
+    the cache does not answer."""
     models = ("-j", "1", "seed_split_linear", "cumsum")  # one after the other, in the command's process
     missed = _command_in_a_fresh_interpreter("--quiet", "--cache-dir", str(tmp_path), *models)
     hit = _command_in_a_fresh_interpreter("--quiet", "--cache-dir", str(tmp_path), *models)
@@ -125,3 +126,6 @@ def test_models_answered_from_the_cache_import_no_lowering_module(tmp_path):
     assert not missed["cached"] and missed["lowering"] and missed["frozen"] > 100_000, missed
     assert hit["cached"] and not hit["lowering"] and hit["frozen"] > 100_000, hit
     assert missed["frozen"] > hit["frozen"] + 100_000, (missed, hit)  # the lowering modules' objects too
+    # -j workers fork from the command's process: it imports no lowering module for them either.
+    in_workers = _command_in_a_fresh_interpreter("--quiet", "--cache-dir", str(tmp_path), "-j", "2", *models[2:])
+    assert in_workers["code"] == 0 and in_workers["cached"] and not in_workers["lowering"], in_workers
