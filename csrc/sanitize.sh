@@ -18,6 +18,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 
 cd "$ROOT"
+# As ./dev: cached bytecode even where the host turns it off, or each process compiles torch from source.
+unset PYTHONDONTWRITEBYTECODE
 SANITIZED_TESTS=(tests/test_kernel_*.py tests/test_metal_semantics.py tests/test_metal_fiber_switch.py
   tests/test_metal_torch_ports.py tests/test_metal_mlx_convention.py tests/test_metal_mlx_lm_kernels.py
   tests/test_plugin_sort.py tests/test_metal_program.py tests/test_metal_program_adapters.py)
