@@ -5,10 +5,13 @@ the thread's index, and an inlined function's early return through its flag."""
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import shimkit.metal.cursors as cursors
 from shimkit.metal.loops.state import GroupState, Recomputed
+
+if TYPE_CHECKING:
+    from clang import cindex
 
 
 def preamble(state: GroupState, mask: str, code: str) -> tuple[str, str]:
@@ -67,7 +70,7 @@ def group_bindings(state: GroupState, code: str) -> tuple[str, str]:
     return opening + bindings, closing
 
 
-def named_variable(state: GroupState, argument):
+def named_variable(state: GroupState, argument) -> tuple[str, str | Recomputed | None, cindex.Type] | None:
     """``(name, its binding in the innermost scope that has one or None, its canonical type)`` where
     ``argument`` names a variable alone, else None."""
     reference = cursors.unwrapped(argument)
