@@ -13,11 +13,13 @@ import difflib
 import hashlib
 import importlib.util
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
+
+from shimkit.audit.names import Renaming
 
 
 class ModelLoadError(ValueError):
@@ -34,6 +36,8 @@ class LoadedModel:
     example_inputs: tuple[Any, ...] = ()
     exported: torch.export.ExportedProgram | None = None
     dynamic_shapes: Any = None
+    # The names of ``exported`` that generated code could not carry and their stand-ins (audit/names.py)
+    renaming: Renaming = field(default_factory=Renaming)
 
 
 def _at(error: BaseException) -> str:
@@ -174,7 +178,7 @@ def _without_unpickling(spec: str) -> Iterator[None]:
 def _load_exported(spec: str) -> LoadedModel:
     import os
 
-    from shimkit.audit.names import check_archive, check_program, checked_loading, unsafe_cause
+    from shimkit.audit.names import check_archive, checked_loading, make_pasteable, unsafe_cause
 
     path = Path(spec)
     _readable_file(spec, path)
@@ -184,7 +188,7 @@ def _load_exported(spec: str) -> LoadedModel:
         check_archive(path, spec)
         with contextlib.nullcontext() if trusted else _without_unpickling(spec), checked_loading(spec):
             exported = torch.export.load(str(path))
-        check_program(exported, spec)
+        renaming = make_pasteable(exported, spec)
     except UntrustedPickle:
         raise
     except Exception as error:
@@ -195,7 +199,7 @@ def _load_exported(spec: str) -> LoadedModel:
         if refusal is not None:
             raise ModelLoadError(str(refusal)) from None
         raise ModelLoadError(f"{spec}: not a loadable ExportedProgram ({type(error).__name__}: {error})") from error
-    return LoadedModel(path.name, exported=exported)
+    return LoadedModel(path.name, exported=exported, renaming=renaming)
 
 
 def load_model(spec: str) -> LoadedModel:

@@ -1,4 +1,5 @@
-"""Model-provided names and expressions that would become code, checked before any code is generated.
+"""Model-provided names and expressions that would become code: renamed where they can be, refused where not,
+before any code is generated.
 
 torch.fx pastes names into the Python it generates and ``exec``\\ s: a parameter, buffer or constant FQN into
 ``getattr(self, "<name>")`` (``ExportedProgram.module()``), a graph input into ``def forward(self, <name>)``,
@@ -9,20 +10,32 @@ also carry code that torch evaluates as it stands: ``torch.export.load`` reads e
 ``sympy.sympify`` (``eval``), loads the compiled AOTInductor package a ``.pt2`` may hold, and
 ``ExportedProgram.module()`` ``exec``\\ s the program's shape guards.
 
-So a program is refused (:class:`UnsafeProgram`: the loader reports it as the model's load error, the runner
-as its export error; either way its audit "could not run") unless every name it carries is a dotted FQN of
-ASCII identifier characters (:data:`FQN`), every symbolic size is a sympy expression of constructors, and every
-guard a condition on its inputs' sizes: :func:`check_archive` before ``torch.export.load``,
-:func:`checked_loading` around it (the checks at the two places it generates or evaluates code),
-:func:`check_program` on the loaded or exported program before anything else touches it.
+Ordinary models carry such names too: ``nn.Module.add_module`` takes any name without a dot, and torchvision's
+RegNet names its blocks ``block1-0``. So a name that is not a dotted FQN of ASCII identifier characters
+(:data:`FQN`) is **renamed** before anything generates code from the program (:func:`make_pasteable`): each
+segment outside :data:`SEGMENT` gets a stand-in of its ASCII letters and a digest of the whole segment
+(``block1-0`` becomes ``block1_0_u<8 hex digits>``), the same everywhere it occurs (state dict, constants,
+signature, module call graph, graph nodes and their module stacks), unique in the program and the same in every
+run. The report lists every renaming and shows findings under the user's names (:meth:`Renaming.restore`).
+
+What a stand-in cannot replace is refused (:class:`UnsafeProgram`: the loader reports it as the model's load
+error, the runner as its export error; either way its audit "could not run"): a symbolic size that is not a
+sympy expression of constructors, a guard that is not a condition on its inputs' sizes, an operator name, a
+keyword argument's name (a caller passes the keyword by it), and in a ``.pt2``, a graph value's name that torch
+pastes into Python as it reads the file, before there is a program to rename. :func:`check_archive` before
+``torch.export.load``, :func:`checked_loading` around it (the checks at the two places it generates or evaluates
+code), :func:`make_pasteable` on the loaded or exported program before anything else touches it.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import hashlib
 import re
+import unicodedata
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -118,6 +131,216 @@ def _keyword_names(in_spec: Any) -> list[Any]:
         return []
     kwargs = in_spec.child(1)
     return list(kwargs.context or []) if kwargs.type is dict else []
+
+
+# A stand-in's digest: eight hex digits (32 bits) unless two segments of one program would share a stand-in.
+_DIGEST_LENGTHS = (8, 16, 32, 64)
+_SPEC_KINDS = {"PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant",
+               "CUSTOM_OBJ": "custom object", "TOKEN": "token", "USER_INPUT": "input", "BUFFER_MUTATION": "buffer",
+               "PARAMETER_MUTATION": "parameter", "USER_INPUT_MUTATION": "input", "GRADIENT_TO_PARAMETER": "parameter",
+               "GRADIENT_TO_USER_INPUT": "input", "LOSS_OUTPUT": "output", "USER_OUTPUT": "output"}
+
+
+@dataclass(frozen=True)
+class Renamed:
+    """One name of the program that generated code cannot carry, and the stand-in it carries instead."""
+
+    kind: str  # parameter, buffer, constant, module path, graph value, forward argument, ...
+    name: str
+    stand_in: str
+
+
+@dataclass
+class Renaming:
+    """What :func:`make_pasteable` renamed: every name (:attr:`renamed`, in the order the program holds them)
+    and every segment's stand-in (:attr:`segments`), by which :meth:`restore` gives messages back their names."""
+
+    renamed: list[Renamed] = field(default_factory=list)
+    segments: dict[str, str] = field(default_factory=dict)  # the user's segment -> its stand-in
+
+    def __bool__(self) -> bool:
+        return bool(self.segments)
+
+    def by_segment(self) -> list[tuple[str, str, list[Renamed]]]:
+        """``(segment, stand_in, names)`` for every renamed segment, with the names that hold it."""
+        return [(segment, stand_in, [r for r in self.renamed if r.name == segment or segment in r.name.split(".")])
+                for segment, stand_in in self.segments.items()]
+
+    def restore(self, value: Any) -> Any:
+        """``value`` with every stand-in in its strings (a message, a node's target, a JSON report entry's
+        nested lists and dicts) replaced by the user's own segment: ``p_block1_0_u3d5e0c1a_weight`` reads
+        ``p_block1-0_weight``."""
+        if not self.segments:
+            return value
+        by_stand_in = {stand_in: segment for segment, stand_in in self.segments.items()}
+        # Longest first: a stand-in never hides inside a longer one's match.
+        pattern = re.compile("|".join(map(re.escape, sorted(by_stand_in, key=len, reverse=True))))
+
+        def restored(item: Any) -> Any:
+            if isinstance(item, str):
+                return pattern.sub(lambda found: by_stand_in[found.group(0)], item)
+            if isinstance(item, dict):
+                return {restored(key): restored(entry) for key, entry in item.items()}
+            if isinstance(item, (list, tuple)):
+                return type(item)(restored(entry) for entry in item)
+            return item
+
+        return restored(value)
+
+
+def stand_in(segment: str, digits: int = _DIGEST_LENGTHS[0]) -> str:
+    """A :data:`SEGMENT` for ``segment``: its letters and digits as ASCII (accents dropped, every other run of
+    characters one ``_``) and ``u`` with the first ``digits`` hex digits of its SHA-256, so that two segments
+    that read alike stay apart: ``stand_in("block1-0") == "block1_0_u" + sha256(b"block1-0")[:8]``."""
+    letters = unicodedata.normalize("NFKD", segment).encode("ascii", "ignore").decode("ascii")
+    base = re.sub(r"[^A-Za-z0-9_]+", "_", letters).strip("_")
+    digest = hashlib.sha256(segment.encode("utf-8", "surrogatepass")).hexdigest()[:digits]
+    return f"{base}_u{digest}" if base else f"u{digest}"
+
+
+def _graph_modules(exported: Any) -> Iterator[Any]:
+    for module in exported.graph_module.modules():
+        if getattr(module, "graph", None) is not None:
+            yield module
+
+
+def _positional_arguments(signature: Any) -> list[Any]:
+    """The names of ``signature.forward_arg_names`` that are not keywords (a caller passes a keyword by name)."""
+    keywords = set(_keyword_names(signature.in_spec))
+    return [name for name in signature.forward_arg_names or () if name not in keywords]
+
+
+def _names_to_paste(exported: Any) -> Iterator[tuple[str, Any, bool]]:
+    """``(kind, name, dotted)`` for every name :func:`make_pasteable` may rename, in the program's order."""
+    signature = exported.graph_signature
+    for spec in (*signature.input_specs, *signature.output_specs):
+        if spec.target is not None:
+            yield _SPEC_KINDS.get(spec.kind.name, spec.kind.name.lower()), spec.target, True
+    yield from (("parameter or buffer", name, True) for name in exported.state_dict)
+    yield from (("constant", name, True) for name in exported.constants)
+    for entry in exported.module_call_graph:
+        if entry.fqn:
+            yield "module path", entry.fqn, True
+        if entry.signature is not None:
+            yield from (("forward argument", name, False) for name in _positional_arguments(entry.signature))
+    for module in _graph_modules(exported):
+        yield from (("graph value", node.name, False) for node in module.graph.nodes)
+
+
+def _segments_of(name: str, dotted: bool) -> list[str]:
+    return name.split(".") if dotted else [name]
+
+
+def _stand_ins(exported: Any) -> dict[str, str]:
+    """Each unsafe segment's stand-in, unique among the program's segments and the other stand-ins."""
+    safe: set[str] = set()
+    unsafe: set[str] = set()
+    for _, name, dotted in _names_to_paste(exported):
+        if isinstance(name, str):
+            for segment in _segments_of(name, dotted):
+                (safe if SEGMENT.fullmatch(segment) else unsafe).add(segment)
+    stand_ins: dict[str, str] = {}
+    for segment in sorted(unsafe):
+        candidate = next((c for c in (stand_in(segment, digits) for digits in _DIGEST_LENGTHS) if c not in safe),
+                         None)
+        if candidate is None:  # a program holding four SHA-256 prefixes of its own segment: refused below
+            continue
+        safe.add(candidate)
+        stand_ins[segment] = candidate
+    return stand_ins
+
+
+def make_pasteable(exported: Any, where: str) -> Renaming:
+    """Rename, in ``exported`` (an ``ExportedProgram``, changed in place), every parameter, buffer, constant,
+    module path, graph value and positional forward argument that is not :data:`FQN` (or a single
+    :data:`SEGMENT`), then refuse what is left unsafe (:func:`check_program`). Call it before anything
+    generates code from the program.
+
+    A module built with ``seq.add_module("block1-0", torch.nn.Linear(4, 4))`` exports the parameter
+    ``seq.block1-0.weight``; afterwards the program, its state dict and signature hold
+    ``seq.block1_0_u<digest>.weight`` and the result's ``renamed`` says so."""
+    segments = _stand_ins(exported)
+    renaming = Renaming(segments=segments)
+    if segments:
+        seen: set[str] = set()
+        for kind, name, dotted in _names_to_paste(exported):
+            renamed = _renamed(name, dotted, segments)
+            if renamed != name and name not in seen:
+                seen.add(name)
+                renaming.renamed.append(Renamed(kind, name, renamed))
+        _rename_program(exported, segments)
+    check_program(exported, where)
+    return renaming
+
+
+def _renamed(name: Any, dotted: bool, segments: dict[str, str]) -> Any:
+    if not isinstance(name, str):
+        return name
+    return ".".join(segments.get(segment, segment) for segment in _segments_of(name, dotted))
+
+
+def _rename_program(exported: Any, segments: dict[str, str]) -> None:
+    def fqn(name: Any) -> Any:
+        return _renamed(name, True, segments)
+
+    def value(name: Any) -> Any:
+        return _renamed(name, False, segments)
+
+    for table in (exported.state_dict, exported.constants):  # in place: the program's own dicts, in order
+        entries = list(table.items())
+        table.clear()
+        table.update((fqn(name), tensor) for name, tensor in entries)
+    signature = exported.graph_signature
+    for spec in (*signature.input_specs, *signature.output_specs):
+        spec.target = fqn(spec.target)
+        _rename_argument(spec.arg, value)
+    for entry in exported.module_call_graph:
+        entry.fqn = fqn(entry.fqn)
+        if entry.signature is not None:
+            for argument in (*entry.signature.inputs, *entry.signature.outputs):
+                _rename_argument(argument, value)
+            positional = set(_positional_arguments(entry.signature))
+            entry.signature.forward_arg_names = [value(name) if name in positional else name
+                                                 for name in entry.signature.forward_arg_names or ()]
+    for module in _graph_modules(exported):
+        for node in module.graph.nodes:
+            stand_in_name = segments.get(node.name)
+            if stand_in_name is not None:
+                was = node.name
+                node._rename(stand_in_name)
+                if node.name != stand_in_name:
+                    raise UnsafeName(f"the graph value {ascii(was)} could not be renamed {stand_in_name!r}")
+                if node.op == "placeholder" and node.target == was:
+                    node.target = stand_in_name
+            stack = node.meta.get("nn_module_stack")
+            if stack:  # module paths, as torch.export.unflatten matches them to the module call graph's
+                node.meta["nn_module_stack"] = {fqn(key): (fqn(path), *rest) for key, (path, *rest) in stack.items()}
+        module.recompile()
+    guards = getattr(exported, "_guards_code", None)
+    if guards:
+        exported._guards_code = [_guard_renamed(guard, segments) for guard in guards]
+
+
+def _rename_argument(argument: Any, rename: Any) -> None:
+    if isinstance(getattr(argument, "name", None), str):
+        argument.name = rename(argument.name)
+
+
+def _guard_renamed(guard: Any, segments: dict[str, str]) -> Any:
+    """``guard`` reading each renamed forward argument by its stand-in (``L['é']`` -> ``L['u<digest>']``); a
+    guard that does not parse is left for :func:`check_guard` to refuse."""
+    try:
+        tree = ast.parse(guard, mode="eval") if isinstance(guard, str) else None
+    except SyntaxError:
+        return guard
+    changed = False
+    for node in ast.walk(tree) if tree is not None else ():
+        key = node.slice if isinstance(node, ast.Subscript) else None
+        if (isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value in segments
+                and isinstance(node.value, ast.Name) and node.value.id == "L"):
+            key.value = segments[key.value]
+            changed = True
+    return ast.unparse(tree) if changed else guard
 
 
 def check_program(exported: Any, where: str) -> None:

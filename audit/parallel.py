@@ -90,7 +90,7 @@ def failure_entry(spec: str, failure: TaskFailure) -> dict[str, Any]:
             "failure": {"kind": status, "phase": failure.phase, "message": failure.message, "op": None,
                         "node": None, "source": None, "fixes": [], "traceback": ""},
             "timings_s": {**dict.fromkeys(PHASES, 0.0), "total": round(failure.seconds, 3)}, "numerics": None,
-            "declines": [], "precision": [], "decompositions": [], "cached": False}
+            "declines": [], "precision": [], "decompositions": [], "renamed": [], "cached": False}
 
 
 def audit_in_workers(specs: Sequence[str], options: AuditOptions, *, jobs: int, timeout: float | None,

@@ -17,7 +17,7 @@ from shimkit.audit.provenance import PRE_EDGE, Decomposed, claims
 from shimkit.audit.runner import PHASES, AuditRun, Failure, ModelAudit
 from shimkit.audit.targets import METAL, TARGETS, Target
 
-SCHEMA_VERSION = 1  # additions since: "numerics", "declines", "precision", "cached", "audited_at" per model; statuses
+SCHEMA_VERSION = 1  # additions since: "numerics", "declines", "precision", "cached", "audited_at", "renamed" per model; statuses
 # "wrong", "stopped"; failure "traceback", "source", "fixes"; kernel mechanism "runtime"; summary "cached", "stopped";
 # numerics "ran", "reference"; checks "float64_errors", "eager_float64_errors"
 
@@ -220,7 +220,7 @@ def _model_json(audit: ModelAudit, run: AuditRun) -> dict[str, Any]:
     failure = audit.failure
     timings = {phase: round(audit.timings.get(phase, 0.0), 4) for phase in PHASES}
     timings["total"] = round(sum(timings.values()), 4)
-    return {
+    entry = {
         "name": audit.name,
         "status": audit.status,
         "partitions": audit.partitions,
@@ -245,6 +245,12 @@ def _model_json(audit: ModelAudit, run: AuditRun) -> dict[str, Any]:
         "decompositions": [_decomposition_json(d, run) for d in audit.decompositions],
         "cached": False,
     }
+    # Findings under the user's names; the renaming itself is listed as it was made.
+    entry = {**audit.renaming.restore(entry), "name": audit.name}
+    entry["renamed"] = [{"segment": segment, "as": stand_in,
+                         "names": [{"kind": r.kind, "name": r.name, "as": r.stand_in} for r in names]}
+                        for segment, stand_in, names in audit.renaming.by_segment()]
+    return entry
 
 
 def _numerics_json(report: NumericsReport | None) -> dict[str, Any] | None:
@@ -345,6 +351,13 @@ def render_model(model: dict[str, Any]) -> str:
     cached = (f" (from the audit cache: audited {when_audited(model['audited_at'])})" if model.get("audited_at")
               else " (from the audit cache)") if model.get("cached") else ""
     lines = [f"{model['name']}: {model['status'].upper()}{cached}"]
+    for renamed in model.get("renamed", ()):  # reports written before the field have none
+        kinds: dict[str, int] = {}
+        for name in renamed["names"]:
+            kinds[name["kind"]] = kinds.get(name["kind"], 0) + 1
+        held = ", ".join(f"{count} {kind}{'s' if count > 1 else ''}" for kind, count in kinds.items())
+        lines.append(f"  renamed {renamed['segment']!r} as {renamed['as']} in {held}: generated code cannot carry it "
+                     f"(findings are under the model's own names)")
     width = max((len(k["name"]) for k in model["kernels"]), default=0)
     for kernel in model["kernels"]:
         if kernel["status"] == "supported":

@@ -30,7 +30,7 @@ from shimkit.audit.options import AuditOptions, Numerics
 from shimkit.audit.provenance import PRE_EDGE, Decomposed, decompositions_applied, recording_decompositions
 from shimkit.audit.linkage import unserved
 from shimkit.audit.loader import LoadedModel
-from shimkit.audit.names import check_program
+from shimkit.audit.names import Renaming, make_pasteable
 from shimkit.passes.aliased_constants import merge_constants_aliasing_buffers
 from shimkit.audit.recorder import GraphNode, KernelCall, KernelRecorder, SourceLine, graph_node, op_label, raised_at
 from shimkit.audit.speed import cia_ops_materialized_once
@@ -85,6 +85,7 @@ class ModelAudit:
     declines: list[Decline] = field(default_factory=list)
     precision: list[PrecisionChange] = field(default_factory=list)
     decompositions: list[Decomposed] = field(default_factory=list)  # which plugin's decomposition took which node
+    renaming: Renaming = field(default_factory=Renaming)  # the model's names generated code could not carry
 
     @property
     def missing(self) -> list[KernelCall]:
@@ -305,8 +306,9 @@ def _stop_at_export(chain: list[BaseException], error: BaseException) -> Failure
 
 
 def export_model(loaded: LoadedModel) -> torch.export.ExportedProgram:
-    """``loaded``'s program (a ``.pt2``'s was checked as it loaded), its names checked before anything generates
-    code from it (:mod:`shimkit.audit.names`)."""
+    """``loaded``'s program (a ``.pt2``'s was made pasteable as it loaded), its names that generated code could not
+    carry renamed (``loaded.renaming``) and the rest checked before anything generates code from it
+    (:mod:`shimkit.audit.names`)."""
     if loaded.exported is not None:
         return loaded.exported
     model = loaded.model.eval() if isinstance(loaded.model, torch.nn.Module) else loaded.model
@@ -316,7 +318,7 @@ def export_model(loaded: LoadedModel) -> torch.export.ExportedProgram:
     with torch.no_grad():
         exported = torch.export.export(model, tuple(loaded.example_inputs), dynamic_shapes=loaded.dynamic_shapes,
                                        strict=False)
-    check_program(exported, loaded.name)
+    loaded.renaming = make_pasteable(exported, loaded.name)
     merge_constants_aliasing_buffers(exported)  # a static KV cache: otherwise to_edge fails (passes/aliased_constants.py)
     return exported
 
@@ -351,6 +353,7 @@ def audit_loaded(loaded: LoadedModel, *, config: Any | None, options: AuditOptio
                     raise
                 audit.failure = _describe_failure(error, watch)  # raised by the model's own code
     audit.kernels = list(recorder.calls.values())
+    audit.renaming = loaded.renaming
     # Metal's runtime is the one whose API is known here (audit/linkage.py). A program --execute linked and ran
     # answered the question for real: what it calls resolved.
     executed = audit.numerics is not None and audit.numerics.ran == "program" and bool(audit.numerics.checks)

@@ -109,7 +109,7 @@ TOP = {"schema_version", "tool", "versions", "backend", "device", "plugins", "st
 SUMMARY = {"models", "clean", "missing", "wrong", "stopped", "unchecked", "limitation", "error", "interrupted",
            "missing_kernels", "cached"}
 MODEL = {"name", "status", "partitions", "kernels", "missing", "upstream_errors", "failure", "timings_s",
-         "numerics", "declines", "decompositions", "precision", "cached"}
+         "numerics", "declines", "decompositions", "precision", "renamed", "cached"}
 KERNEL = {"name", "mechanism", "op", "status", "provider", "nodes", "fixes"}
 PROVIDER = {"plugin", "source", "op", "claims"}
 NODE = {"name", "target", "source", "stack_trace"}
