@@ -24,7 +24,7 @@ by torch's own AOTInductor (:class:`AotiCompiled`) and compared with the eager m
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import sympy
 import torch
@@ -309,6 +309,13 @@ class _ExecutedProgram:
         except KernelNotCompiled as error:
             raise NumericsUnavailable(str(error)) from error
 
+    def take_divergences(self) -> list[tuple[str, str, str]]:
+        """What the program's runs since the last take met where upstream's runtime computes otherwise than ATen."""
+        if self.program is None:
+            return []
+        taken, self.program.divergences = self.program.divergences, []
+        return taken
+
 
 def on_device(model: Callable[..., Any], device: torch.device) -> Callable[..., Any]:
     """``model`` run on ``device``: a copy of it moved there, CPU inputs moved in, outputs back to the CPU.
@@ -367,7 +374,8 @@ def float64_reference(model: Callable[..., Any]) -> Callable[..., Any] | None:
 def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[..., Any]],
             eager: Callable[..., Any], exported: torch.export.ExportedProgram, examples: tuple[Any, ...],
             *, seed: int = 0, float64_as_float32: bool = False,
-            reference: Callable[..., Any] | None = None) -> NumericsReport:
+            reference: Callable[..., Any] | None = None, call_sites: Mapping[str, str] | None = None
+            ) -> NumericsReport:
     """Check ``lowered`` (the top-level program after ``to_edge_transform_and_lower``), its delegate
     calls answered in order by ``delegates``, against ``eager`` at every :func:`size_plans` plan.
     ``float64_as_float32``: the program computes eager's float64 as float32 (``shimkit.passes.float64``); it is
@@ -375,7 +383,9 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[...,
     against eager's float64. ``reference`` (:func:`float64_reference`) computes the same in float64: each
     floating output is then judged as Inductor's accuracy check judges one, by its distance to float64 against
     eager's own (see :func:`_compare`); a reference that cannot run leaves the judgement against eager, and so
-    does a program drawing random numbers (a float64 run draws other samples, so its distance says nothing)."""
+    does a program drawing random numbers (a float64 run draws other samples, so its distance says nothing).
+    A run whose executed program met a known divergence of upstream's runtime (``take_divergences``) is wrong
+    whatever its numbers, said with the c-shim, the behaviour and ``call_sites[c-shim]`` (where the model calls it)."""
     if reference is not None and draws_random_numbers(exported):
         reference = None
     report = NumericsReport(reference="float64" if reference is not None else "eager")
@@ -412,10 +422,30 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[...,
                 report.unavailable = _on_this_machine(error)[:2000]
                 return report
             except Exception as error:
-                report.checks.append(NumericsCheck(sizes, [], False, f"{type(error).__name__}: {error}"[:2000]))
+                report.checks.append(_blamed(NumericsCheck(sizes, [], False, f"{type(error).__name__}: {error}"[:2000]),
+                                             delegates, call_sites or {}))
                 continue
-        report.checks.append(_compare(sizes, actual, expected, float64_as_float32, references))
+        report.checks.append(_blamed(_compare(sizes, actual, expected, float64_as_float32, references), delegates,
+                                     call_sites or {}))
     return report
+
+
+def _blamed(check: NumericsCheck, delegates: list[Callable[..., Any]], call_sites: Mapping[str, str]
+            ) -> NumericsCheck:
+    """``check``, wrong with the divergences its run met as the cause, where it met any: the Mac computes them
+    whether or not these inputs make the numbers differ."""
+    met = list(dict.fromkeys(divergence for delegate in delegates
+                             for divergence in getattr(delegate, "take_divergences", list)()))
+    if met:
+        by_behaviour: dict[tuple[str, str], list[str]] = {}
+        for symbol, behaviour, detail in met:
+            by_behaviour.setdefault((symbol, behaviour), []).append(detail)
+        causes = "; ".join(
+            f"{symbol} {behaviour} ({len(details)} such operand{'s' if len(details) > 1 else ''}, the first "
+            f"{details[0]}){call_sites.get(symbol, '')}" for (symbol, behaviour), details in by_behaviour.items())
+        numbers = check.error if not check.ok else "the numbers agree at these inputs"
+        check.ok, check.error = False, f"as upstream's Metal runtime computes it: {causes} ({numbers})"
+    return check
 
 
 def draws_random_numbers(exported: torch.export.ExportedProgram) -> bool:

@@ -450,13 +450,28 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
                 progress.stage("running the program and eager" if executing else "running the graphs and eager")
                 audit.numerics = numerics_check.compare(lowered.exported_program(), delegates, eager, exported,
                                                   tuple(loaded.example_inputs or exported.example_inputs[0]),
-                                                  float64_as_float32=bool(audit.precision), reference=reference)
+                                                  float64_as_float32=bool(audit.precision), reference=reference,
+                                                  call_sites=_call_sites(recorder))
             except Exception as error:  # the check could not run: said so, never a crash of the audit
                 where = raised_at(error)
                 audit.numerics = NumericsReport(unavailable=f"{type(error).__name__}: {error}"[:500] + (
                     f" (raised at {where.describe()})" if where else ""))
             if executing:
                 audit.numerics.ran = "program"
+
+
+def _call_sites(recorder: KernelRecorder) -> dict[str, str]:
+    """Where the model calls each recorded kernel, as a verdict says it: ``", called for node convolution
+    (aten.convolution.default) at model.py:12 in forward: y = self.conv(x)"``."""
+    sites = {}
+    for call in recorder.calls.values():
+        if call.graph_nodes:
+            node = call.graph_nodes[0]
+            source = node.source
+            more = f" (and {len(call.graph_nodes) - 1} more)" if len(call.graph_nodes) > 1 else ""
+            sites[call.name] = (f", called for node {node.name} ({node.target}){more}"
+                                + (f" at {source.describe()}" if source is not None else ""))
+    return sites
 
 
 def _prepared_for_edge(config: Any, exported: torch.export.ExportedProgram

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
 from shimkit.registry.errors import InvalidPluginRecord, UnknownOpError
-from shimkit.registry.ops import canonical_op_name
+from shimkit.registry.ops import canonical_op_name, try_resolve_op
 
 _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # What a runtime build compiles: Objective-C++/C++/C, Metal Shading Language and CUDA C++ sources.
@@ -242,7 +242,10 @@ class Shim:
     ``metal::gather_qmv``). Exactly one of ``kernel`` (a :class:`Kernel` the plugin ships, compiled into the
     runtime) and ``provided_by_runtime`` (the stock runtime already implements it) says where it lives.
     ``c_prototype`` is required for custom (non-ATen) ops: it is what
-    ``aot_inductor.custom_ops_to_c_shims`` needs to emit the call.
+    ``aot_inductor.custom_ops_to_c_shims`` needs to emit the call. ``dense_operands`` names the op's arguments
+    (by their schema names) that the shim reads as dense row-major memory of their sizes, whatever their strides,
+    as upstream's ``op_convolution.mm`` reads ``input`` and ``weight``: the backend config then makes the generated
+    program hand them over dense (``shimkit.backend.inductor_options``).
 
     >>> Shim(op="aten::mm", device="mps", symbol="aoti_torch_mps_mm_out", provided_by_runtime=True)
     Shim(op='aten::mm.default', device='mps', symbol='aoti_torch_mps_mm_out', ...)
@@ -255,6 +258,7 @@ class Shim:
     c_prototype: str | None = None
     kernel: Kernel | None = None
     provided_by_runtime: bool = False
+    dense_operands: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         label = self.symbol if isinstance(self.symbol, str) else repr(self.symbol)
@@ -268,6 +272,17 @@ class Shim:
             _fail("Shim", label, "recorded_names must be non-empty strings")
         if self.kernel is not None and not isinstance(self.kernel, Kernel):
             _fail("Shim", label, f"kernel must be a Kernel record, got {type(self.kernel).__name__}")
+        if isinstance(self.dense_operands, str):
+            _fail("Shim", label, "dense_operands must be a tuple of argument names, not one string")
+        object.__setattr__(self, "dense_operands", tuple(self.dense_operands))
+        if not all(isinstance(n, str) and _C_IDENTIFIER.match(n) for n in self.dense_operands):
+            _fail("Shim", label, f"dense_operands must be argument names (identifiers), got {self.dense_operands!r}")
+        overload = try_resolve_op(self.op) if self.dense_operands else None
+        if overload is not None:  # an op no loaded library defines yet is checked by nothing else either
+            arguments = [argument.name for argument in overload._schema.arguments]
+            unknown = [name for name in self.dense_operands if name not in arguments]
+            if unknown:
+                _fail("Shim", label, f"dense_operands {unknown} are not arguments of {self.op} ({', '.join(arguments)})")
         if (self.kernel is None) == (not self.provided_by_runtime):
             _fail("Shim", label, "give a `kernel` or set `provided_by_runtime=True` (exactly one)")
         if self.kernel is not None and not self.kernel.runtime_sources:

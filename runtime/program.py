@@ -93,7 +93,18 @@ def runtime_library(config: BackendConfig | None) -> Path:
     """The stand-in Metal runtime with ``config``'s plugin adapters (a registry ``BackendConfig`` for mps;
     ``None``: none, the stock runtime), cached by a digest of everything in it."""
     adapters, generated = adapter_sources(config) if config is not None else ([], "")
-    return _runtime_library(tuple(adapters), generated)
+    replaced = _replaced_by_plugins(config)
+    fallbacks = None if not replaced else tuple(path for path, shims in own_fallbacks().items()
+                                                if not shims & replaced)
+    return _runtime_library(tuple(adapters), generated, fallbacks)
+
+
+def _replaced_by_plugins(config: BackendConfig | None) -> set[str]:
+    """The runtime's own c-shims that ``config``'s plugins ship kernels of their own for (shimkit's addmm for stock's
+    ``op_addmm.mm``): the plugin's is the one its programs link, as it would be built into the Mac's runtime."""
+    if config is None:
+        return set()
+    return {p.shim.symbol for p in config.kernel_providers.values() if p.shim is not None and p.shim.kernel is not None}
 
 
 def program_runtime(config: BackendConfig | None, wrapper_source: str) -> Path:
@@ -103,7 +114,8 @@ def program_runtime(config: BackendConfig | None, wrapper_source: str) -> Path:
     A tiny CNN's runtime is then 18 of 30 units. A program that does not link against it (a kernel
     calling another plugin's code) links against the whole runtime: see :func:`_build_side_by_side`."""
     called = set(_ABI_NAME.findall(_DECLARATION.sub("", wrapper_source)))
-    fallbacks = tuple(path for path, shims in own_fallbacks().items() if shims & called)
+    replaced = _replaced_by_plugins(config)
+    fallbacks = tuple(path for path, shims in own_fallbacks().items() if shims & called and not shims & replaced)
     if config is None:
         return _runtime_library((), "", fallbacks)
     every, generated = adapter_sources(config)
@@ -391,6 +403,8 @@ def load_runtime(path: Path) -> ctypes.CDLL:
             library.shimkit_runtime_live_tensors.restype = ctypes.c_int64
             library.shimkit_runtime_take_failure.restype = ctypes.c_size_t
             library.shimkit_runtime_take_failure.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+            library.shimkit_runtime_take_divergences.restype = ctypes.c_size_t
+            library.shimkit_runtime_take_divergences.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
             library.shimkit_runtime_last_error.restype = ctypes.c_char_p
             library.aoti_torch_device_type_mps.restype = ctypes.c_int32
             library.aoti_torch_create_tensor_from_blob_v2.argtypes = [
@@ -412,6 +426,24 @@ def take_failure(runtime: ctypes.CDLL) -> str:
     buffer = ctypes.create_string_buffer(4096)
     runtime.shimkit_runtime_take_failure(buffer, len(buffer))
     return buffer.value.decode(errors="replace")
+
+
+def take_divergences(runtime: ctypes.CDLL) -> list[tuple[str, str, str]]:
+    """``(c-shim, behaviour, detail)`` for each call since the last take on which the runtime's fallback computed
+    what upstream's runtime computes where that differs from ATen (``note_divergence`` in fallback_common.h)."""
+    size = 4096
+    while True:
+        buffer = ctypes.create_string_buffer(size)
+        length = runtime.shimkit_runtime_take_divergences(buffer, size)
+        if length < size:
+            break
+        size = length + 1
+    divergences = []
+    for line in buffer.value.decode(errors="replace").splitlines():
+        symbol, _, rest = line.partition("\t")
+        behaviour, _, detail = rest.partition("\t")
+        divergences.append((symbol, behaviour, detail))
+    return divergences
 
 
 def tensor_handle(runtime: ctypes.CDLL, tensor: torch.Tensor, device_type: int | None = None) -> int:
@@ -471,6 +503,8 @@ class MetalProgram:
             ctypes.byref(self._container), ctypes.c_size_t(1), b"mps", None), "creating the model")
         self.num_inputs = self._count("AOTInductorModelContainerGetNumInputs")
         self.num_outputs = self._count("AOTInductorModelContainerGetNumOutputs")
+        # What its runs met where upstream's runtime computes otherwise than ATen (take_divergences), in order.
+        self.divergences: list[tuple[str, str, str]] = []
         self._load_constants(constants)
 
     def _count(self, function: str) -> int:
@@ -524,9 +558,11 @@ class MetalProgram:
         outputs = (ctypes.c_void_p * max(self.num_outputs, 1))()
         _compile_failures.message = None
         take_failure(self.runtime)  # a failure left by something else using the runtime is not this run's
+        take_divergences(self.runtime)
         code = self.library.AOTInductorModelContainerRun(
             self._container, handles, ctypes.c_size_t(len(kept)), outputs, ctypes.c_size_t(self.num_outputs),
             None, None)  # the inputs' handles are the program's now
+        self.divergences += [d for d in take_divergences(self.runtime) if d not in self.divergences]
         try:
             try:
                 self._check(code, "running the program")

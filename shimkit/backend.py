@@ -74,9 +74,16 @@ def pipeline(device: str, registry: PluginRegistry | None = None, **kwargs: Any)
     return Pipeline(list(zip(config.pass_names, config.passes)), name=f"{device}_passes", **kwargs)
 
 
+# The ops whose operands' layout Inductor chooses itself when its layout optimisation is on: it hands a convolution
+# channels-last input and weight and expects a channels-last result (torch/_inductor/graph.py, decide_layout_opt).
+_LAID_OUT_BY_INDUCTOR = frozenset({"aten::convolution.default"})
+
+
 def inductor_options(config: BackendConfig) -> dict[str, Any]:
-    """AOTInductor options to merge into the backend's own: the custom c-shims and the post-grad
-    passes (as one ``post_grad_custom_post_pass``)."""
+    """AOTInductor options to merge into the backend's own: the custom c-shims, the post-grad passes (as one
+    ``post_grad_custom_post_pass``), and Inductor's layout optimisation off where a shim of an op it lays out
+    reads its operands dense (``Shim.dense_operands``: the stock runtime's convolution reads channels-last memory as
+    NCHW, pytorch/executorch#22951), so that the program keeps them contiguous."""
     # Imported here, not at the top: it pulls in torch._inductor (a second of start-up), which
     # `shimkit plugins` and `shimkit config` never need.
     from shimkit.passes.inductor import PostGradPipeline
@@ -87,4 +94,7 @@ def inductor_options(config: BackendConfig) -> dict[str, Any]:
     if config.post_grad_passes:
         options["post_grad_custom_post_pass"] = PostGradPipeline(config.post_grad_passes,
                                                                  config.post_grad_pass_names)
+    if any(p.shim is not None and p.shim.dense_operands and p.shim.op in _LAID_OUT_BY_INDUCTOR
+           for p in config.kernel_providers.values()):
+        options["layout_optimization"] = False
     return options

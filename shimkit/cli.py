@@ -32,7 +32,8 @@ def plugins_report(registry) -> dict[str, Any]:
             "devices": list(plugin.devices),
             "shims": [{"op": s.op, "device": s.device, "symbol": s.symbol,
                        "recorded_names": list(s.recorded_names),
-                       "provided_by_runtime": s.provided_by_runtime, "sources": list(s.sources)}
+                       "provided_by_runtime": s.provided_by_runtime, "sources": list(s.sources),
+                       "dense_operands": list(s.dense_operands)}
                       for s in plugin.shims],
             "decompositions": sorted(plugin.decompositions),
             "eliminated_by": dict(plugin.eliminated_by),

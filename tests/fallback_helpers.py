@@ -79,16 +79,23 @@ def prototype_header() -> Path:
     return store.build("test-sources", store.key("test-sources", [text]), produce) / "metal-fallback-prototypes.h"
 
 
+UPSTREAM_ADDMM = FALLBACKS / "addmm.cpp"
+
+
 @functools.lru_cache(maxsize=None)
-def library() -> ctypes.CDLL:
+def library(upstream_addmm: bool = False) -> ctypes.CDLL:
+    """The runtime's fallbacks over libtorch's AOTI API, with the addmm plugin's shim as shimkit's programs link
+    it, or (``upstream_addmm``) the runtime's own stand-in of op_addmm.mm as stock programs link it."""
     import torch.utils.cpp_extension as cpp_extension
 
-    sources = [*sorted(FALLBACKS.glob("*.cpp")), ADDMM_KERNEL / "addmm_plan.cpp", ADDMM_KERNEL / "addmm_reference.cpp",
-               ADDMM_KERNEL / "addmm_shim_standin.cpp",
-               *sdk_sources()]
+    plugin_addmm = [ADDMM_KERNEL / "addmm_plan.cpp", ADDMM_KERNEL / "addmm_reference.cpp",
+                    ADDMM_KERNEL / "addmm_shim_standin.cpp"]
+    sources = [*(path for path in sorted(FALLBACKS.glob("*.cpp")) if upstream_addmm or path != UPSTREAM_ADDMM),
+               *([] if upstream_addmm else plugin_addmm), *sdk_sources()]
     flags = SANITIZER_FLAGS if sanitize_requested() else ("-O2",)
     path = compile_shared_library(
-        "shimkit_metal_fallbacks", sources, include_dirs=cpp_extension.include_paths(),
+        "shimkit_metal_fallbacks_upstream_addmm" if upstream_addmm else "shimkit_metal_fallbacks", sources,
+        include_dirs=cpp_extension.include_paths(),
         library_dirs=cpp_extension.library_paths(), libraries=["torch", "torch_cpu", "c10"],
         extra_flags=(*flags, "-include", str(prototype_header())))
     lib = ctypes.CDLL(str(path))
@@ -99,8 +106,8 @@ def library() -> ctypes.CDLL:
     return lib
 
 
-def last_error() -> str:
-    return library().shimkit_metal_fallback_last_error().decode()
+def last_error(upstream_addmm: bool = False) -> str:
+    return library(upstream_addmm).shimkit_metal_fallback_last_error().decode()
 
 
 def steal(handle: H) -> torch.Tensor:
@@ -121,12 +128,12 @@ def optional(handle: int | None):
     return ctypes.byref(H(handle))
 
 
-def call(name: str, *args) -> int:
-    return getattr(library(), name)(*args)
+def call(name: str, *args, upstream_addmm: bool = False) -> int:
+    return getattr(library(upstream_addmm), name)(*args)
 
 
-def assert_fails(status: int, *words: str) -> None:
-    message = last_error()
+def assert_fails(status: int, *words: str, upstream_addmm: bool = False) -> None:
+    message = last_error(upstream_addmm)
     assert status != AOTI_TORCH_SUCCESS, "the call succeeded"
     for word in words:
         assert word in message, f"{word!r} not in {message!r}"
@@ -174,6 +181,13 @@ def strided(tensor: torch.Tensor, how: str) -> torch.Tensor:
         view.copy_(tensor)
         return view
     return tensor.contiguous()
+
+
+def read_densely(tensor: torch.Tensor, shape=None) -> torch.Tensor:
+    """``tensor``'s memory from its data pointer as a contiguous buffer of ``shape`` (its own by default): what an
+    upstream op that uses only ``sizes()`` reads (op_convolution.mm, op_addmm.mm)."""
+    shape = tuple(tensor.shape if shape is None else shape)
+    return tensor.as_strided(shape, torch.empty(shape).stride(), tensor.storage_offset())
 
 
 LAYOUTS = st.sampled_from(["contiguous", "transposed", "sliced", "permuted"])

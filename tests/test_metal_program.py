@@ -185,3 +185,38 @@ def test_a_program_its_runtime_does_not_link_links_against_the_whole_runtime():
     runtime_path, path = program._build_side_by_side(source, config)
     assert runtime_path == program.runtime_library(config)
     assert ctypes.CDLL(str(path)).shimkit_uses
+
+
+CHANNELS_LAST_CONVOLUTIONS = """
+    class DepthwiseThenRegular(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.depthwise = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+            self.regular = torch.nn.Conv2d(8, 16, 3, padding=1)
+
+        def forward(self, x):
+            return self.regular(self.depthwise(x))
+
+    def make():
+        torch.manual_seed(0)
+        return DepthwiseThenRegular(), (torch.randn(1, 8, 16, 16),)
+"""
+
+
+def test_a_channels_last_convolution_is_wrong_on_the_stock_runtime_as_on_a_mac_and_right_with_shimkit(tmp_path):
+    """pytorch/executorch#22951: Inductor's layout optimisation hands aoti_torch_mps_convolution channels-last
+    operands, which op_convolution.mm reads as NCHW. shimkit's convolution plugin declares the shim's dense operands,
+    from which the backend config keeps them contiguous."""
+    spec = _write_model(tmp_path, CHANNELS_LAST_CONVOLUTIONS) + ":make"
+    stock = _execute(spec, plugins=False)
+    assert stock.status == "wrong", (stock.failure, stock.numerics)
+    (check,) = stock.numerics.checks
+    for words in ("aoti_torch_mps_convolution reads its channels-last input as a contiguous NCHW buffer",
+                  "op_convolution.mm uses only sizes() (pytorch/executorch#22951)",
+                  "strides [2048, 1, 128, 8]",  # the issue's buffer
+                  "called for node convolution (aten::convolution.default)",
+                  "model.py:10 in forward: return self.regular(self.depthwise(x))",
+                  "from float64"):  # and the numbers are off too
+        assert words in check.error, check.error
+    shimkit = _execute(spec, plugins=True)
+    assert shimkit.status == "clean", (shimkit.failure, shimkit.numerics)

@@ -13,8 +13,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fallback_helpers import (EXAMPLES, H, METAL_DTYPES, SIGNATURES, U32, assert_fails, assert_rounded_once,
-                              call, custom_prototypes, last_error, library, product_exact, steal, values)
+from fallback_helpers import (EXAMPLES, H, LAYOUTS, METAL_DTYPES, SEEDS, SIGNATURES, U32, assert_fails,
+                              assert_rounded_once, call, custom_prototypes, last_error, library, product_exact,
+                              read_densely, steal, strided, values)
 from shimkit.testing.kernels import AOTI_TORCH_SUCCESS, tensor_handles
 from shimkit.testing.strategies import tensors
 
@@ -182,6 +183,65 @@ def test_addmm_errors_name_the_argument():
         assert_fails(call("aoti_torch_mps_addmm_out", *handles, 1.0, 1.0), "aoti_torch_mps_addmm_out: ", "out has shape")
     with tensor_handles(torch.empty(2, 3), self_, mat1, mat2.bfloat16()) as handles:
         assert_fails(call("aoti_torch_mps_addmm_out", *handles, 1.0, 1.0), "mat2 is bfloat16")
+
+
+@EXAMPLES
+@given(data=st.data(), dtype=st.sampled_from(METAL_DTYPES), m=st.integers(0, 4), k=st.integers(0, 4),
+       n=st.integers(0, 4), beta=st.sampled_from((1.0, 0.5, 0.0, 2.0)), alpha=st.sampled_from((1.0, 0.5, 2.0)),
+       layout1=LAYOUTS, layout2=LAYOUTS, layout_self=LAYOUTS)
+def test_the_runtimes_own_addmm_computes_what_op_addmm_mm_computes(data, dtype, m, k, n, beta, alpha, layout1,
+                                                                  layout2, layout_self):
+    """Stock programs link it (shimkit's link the addmm plugin's): mat1 and self read densely through their sizes,
+    mat2 densely or densely transposed, the product, alpha and beta each rounded to the dtype. Small integers keep
+    every step exact, so the comparison is to the bit."""
+    integers = lambda shape: torch.randint(-3, 4, shape, generator=torch.Generator().manual_seed(  # noqa: E731
+        data.draw(SEEDS))).to(dtype)
+    self_shape = data.draw(st.sampled_from([(m, n), (n,), (1, n), (m, 1), ()]))
+    self_ = strided(integers(self_shape), layout_self)
+    mat1, mat2 = strided(integers((m, k)), layout1), strided(integers((k, n)), layout2)
+    out = torch.full((m, n), math.nan, dtype=dtype)
+    with tensor_handles(out, self_, mat1, mat2) as handles:
+        status = call("aoti_torch_mps_addmm_out", *handles, beta, alpha, upstream_addmm=True)
+    assert status == AOTI_TORCH_SUCCESS, last_error(upstream_addmm=True)
+    transposed = mat2.dim() == 2 and mat2.stride(0) == 1 and mat2.stride(1) != 1
+    read2 = read_densely(mat2, (n, k)).t() if transposed else read_densely(mat2, (k, n))
+    product = (read_densely(mat1, (m, k)).float() @ read2.float()).to(dtype)
+    if alpha != 1.0:
+        product = product * torch.tensor(alpha, dtype=dtype)
+    bias = read_densely(self_, self_.shape)
+    if beta != 1.0:
+        bias = bias * torch.tensor(beta, dtype=dtype)
+    torch.testing.assert_close(out, product + bias, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("case, words", [
+    ("rank", ("mat1/mat2 must be 2-D, got 1 and 2",)),
+    ("sizes", ("incompatible matrix sizes (2x4 and 3x3)",)),
+    ("dtype", ("dtype mismatch across operands (mat1=6, mat2=15, self=6, out=6)",)),
+    ("float16", ("Unsupported data type for addmm",)),
+    ("broadcast", ("self float32[2] strides [1] does not broadcast to the [2, 3] product",)),
+    ("out_small", ("out float32[2, 2] strides [2, 1] holds fewer than the 6 elements",)),
+    ("expanded", ("mat1 float32[2, 4] strides [0, 1] spans fewer elements than op_addmm.mm reads",)),
+])
+def test_the_runtimes_own_addmm_refuses_as_op_addmm_mm_does(case, words):
+    self_, mat1, mat2, out = torch.ones(3), torch.ones(2, 4), torch.ones(4, 3), torch.empty(2, 3)
+    if case == "rank":
+        mat1 = torch.ones(4)
+    elif case == "sizes":
+        mat2 = torch.ones(3, 3)
+    elif case == "dtype":
+        mat2 = mat2.bfloat16()
+    elif case == "float16":
+        self_, mat1, mat2, out = self_.half(), mat1.half(), mat2.half(), out.half()
+    elif case == "broadcast":
+        self_ = torch.ones(2)
+    elif case == "out_small":
+        out = torch.empty(2, 2)
+    elif case == "expanded":
+        mat1 = torch.ones(1, 4).expand(2, 4)
+    with tensor_handles(out, self_, mat1, mat2) as handles:
+        status = call("aoti_torch_mps_addmm_out", *handles, 1.0, 1.0, upstream_addmm=True)
+    assert_fails(status, "aoti_torch_mps_addmm_out: ", *words, upstream_addmm=True)
 
 
 # ---------------------------------------------------------------------------------------------- topk

@@ -43,6 +43,9 @@ Resolver resolver = nullptr;
 thread_local std::string last_error;
 std::mutex failure_mutex;
 std::string first_failure;
+// "<c-shim>\t<behaviour>\t<detail>" for each call, since the last take, on which upstream's runtime computes something other
+// than ATen (the fallbacks reproduce it and say so): distinct, in the order first met.
+std::vector<std::string> divergences;
 
 // shimkit.metal's launcher ABI (metal/frontend.py): arguments as pointers, the grid as below.
 struct Grid {
@@ -351,6 +354,33 @@ const char* shimkit_runtime_last_error() { return runtime::last_error.c_str(); }
 
 // Kernels that report through their own channel (the CPU fallbacks) record their failures here too.
 void shimkit_runtime_record_failure(const char* message) { runtime::set_last_error(message ? message : ""); }
+
+// A fallback met a call on which it computes what upstream's runtime computes, not what ATen does: `behaviour` says
+// what (the same text for every such call), `detail` this call's operand.
+void shimkit_runtime_record_divergence(const char* symbol, const char* behaviour, const char* detail) {
+  std::string line = std::string(symbol ? symbol : "?") + "\t" + (behaviour ? behaviour : "") + "\t" +
+                     (detail ? detail : "");
+  std::lock_guard<std::mutex> lock(runtime::failure_mutex);
+  if (std::find(runtime::divergences.begin(), runtime::divergences.end(), line) == runtime::divergences.end()) {
+    runtime::divergences.push_back(std::move(line));
+  }
+}
+
+// The divergences since the last call, one a line ("" if none), and forgets them. Returns the whole text's
+// length: a caller whose buffer was too small asks again with one that fits (nothing is forgotten then).
+size_t shimkit_runtime_take_divergences(char* text, size_t size) {
+  std::lock_guard<std::mutex> lock(runtime::failure_mutex);
+  std::string joined;
+  for (const std::string& line : runtime::divergences) joined += line + "\n";
+  if (size > joined.size()) {
+    std::memcpy(text, joined.data(), joined.size());
+    text[joined.size()] = '\0';
+    runtime::divergences.clear();
+  } else if (size > 0) {
+    text[0] = '\0';
+  }
+  return joined.size();
+}
 
 // The first failure since the last call ("" if none), and forgets it.
 size_t shimkit_runtime_take_failure(char* message, size_t size) {

@@ -1,21 +1,30 @@
-// Stands in for the Metal runtime's op_convolution.mm: aoti_torch_mps_convolution, ATen's
-// convolution (cross-correlation with stride, zero padding, dilation and groups, plus an optional
-// per-channel bias) for 1-D, 2-D and 3-D inputs, batched or not, returned as a new contiguous tensor.
-// Accumulates in float32 and rounds once, as ATen's CPU kernels do for bfloat16.
+// Stands in for the Metal runtime's op_convolution.mm (pytorch/executorch cff6f4d, unchanged since 29625e8e and
+// the same in v1.4.1): aoti_torch_mps_convolution, a cross-correlation with stride, zero padding, dilation and
+// groups, plus an optional bias, for 1-D and 2-D inputs, batched or not, returned as a new contiguous tensor.
+// Accumulates in float32 and rounds once, as MPSGraph's convolution is documented to for bfloat16 (float
+// accumulators), which ATen's CPU kernels do too.
 //
-// Rejected like upstream: dtypes other than float32 and bfloat16, and `transposed`: upstream computes
-// the transposed output shape but runs MPSGraph's forward convolution on it, so no transposed
-// convolution comes out right there. Rejected like ATen: mismatched channels or groups, parameters of
-// the wrong length or sign, a kernel larger than the padded input, empty non-batch dimensions. An
-// input without channels gives a result without channels, as ATen's.
-// Upstream has no 3-D path (it takes a 5-D weight for a 2-D one and fails on the input's rank); here
-// 3-D is computed. Upstream also refuses an empty batch and adds the bias along the last dimension of
-// the NCHW result; here both follow ATen.
+// What upstream computes, where it is not what ATen computes:
+// - input and weight are read through sizes() alone (op_convolution.mm:87-138) and handed to MPSGraph as NCHW
+//   and OIHW buffers (:223-224, :288-289, :378-383): a channels-last (or any non-contiguous) operand is read as
+//   if it were contiguous, pytorch/executorch#22951. Reproduced, and noted as a divergence so the verdict says so
+//   even where the numbers happen to agree.
+// Rejected like upstream: dtypes other than float32 and bfloat16, and `transposed`: upstream computes the
+// transposed output shape but runs MPSGraph's forward convolution on it (:152-158, :298-324), so no transposed
+// convolution comes out right there. Rejected like ATen: mismatched channels or groups, parameters of the wrong
+// length or sign, a kernel larger than the padded input, empty non-batch dimensions. An input without channels
+// gives a result without channels, as ATen's.
+// Not yet reproduced (docs/metal.md, "The stand-in and upstream"): upstream has no 3-D path (it takes a 5-D weight
+// for a 2-D one and fails on the input's rank, :130), refuses an empty batch (:176-180) and adds the bias along
+// the last dimension of the NCHW result (:340-348); here those follow ATen. Inductor never hands this shim a bias
+// on mps (its lowering peels the bias off into an add for every device but the CPU).
 #include "fallback_common.h"
 
 namespace shimkit {
 namespace metal_fallbacks {
 namespace {
+
+constexpr const char* kSymbol = "aoti_torch_mps_convolution";
 
 struct Params {
   int64_t spatial = 0;             // 1, 2 or 3
@@ -58,6 +67,19 @@ Status convolution(AtenTensorHandle input_handle, AtenTensorHandle weight_handle
   SHIMKIT_RETURN_IF_ERROR(read_arg(input_handle, "input", &input));
   SHIMKIT_RETURN_IF_ERROR(read_arg(weight_handle, "weight", &weight));
   SHIMKIT_RETURN_IF_ERROR(read_optional_arg(bias_handle, "bias", &bias, &has_bias));
+  for (Arg* operand : {&input, &weight}) {
+    if (operand->contiguous()) continue;
+    if (dense_span(*operand) < operand->numel()) {
+      return invalid(operand->name + " " + operand->describe() + " spans fewer elements than it holds: read as a "
+                     "contiguous buffer, as op_convolution.mm reads it, it would be read past its end");
+    }
+    note_divergence(kSymbol,
+                    "reads its " + layout_name(*operand) + " " + operand->name + " as a contiguous " +
+                        (operand == &input ? "NCHW" : "OIHW") +
+                        " buffer: op_convolution.mm uses only sizes() (pytorch/executorch#22951)",
+                    format_shape(operand->view.sizes) + " strides " + format_shape(operand->view.strides));
+    *operand = read_as_dense(*operand);
+  }
   SHIMKIT_RETURN_IF_ERROR(require_metal_float(input));
   SHIMKIT_RETURN_IF_ERROR(require_same_dtype(weight, input));
   if (has_bias) SHIMKIT_RETURN_IF_ERROR(require_same_dtype(bias, input));

@@ -156,6 +156,56 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
   return strides;
 }
 
+Arg read_as_dense(const Arg& arg) {
+  Arg dense = arg;
+  dense.view.strides = contiguous_strides(arg.view.sizes);
+  return dense;
+}
+
+int64_t dense_span(const Arg& arg) {
+  if (arg.numel() == 0) return 0;
+  int64_t span = 1;
+  for (int64_t d = 0; d < arg.dim(); ++d) span += (arg.size(d) - 1) * (arg.stride(d) < 0 ? -arg.stride(d) : arg.stride(d));
+  return span;
+}
+
+std::string layout_name(const Arg& arg) {
+  if (arg.dim() == 4 || arg.dim() == 5) {  // channels innermost, then the spatial dims, then the batch
+    std::vector<int64_t> order = {1};
+    for (int64_t d = arg.dim() - 1; d >= 2; --d) order.push_back(d);
+    order.push_back(0);
+    int64_t expected = 1;
+    bool channels_last = true;
+    for (int64_t d : order) {
+      if (arg.size(d) != 1 && arg.stride(d) != expected) channels_last = false;
+      expected *= arg.size(d);
+    }
+    if (channels_last) return "channels-last";
+  }
+  return "strided";
+}
+
+// out[b] = lhs[b] @ rhs[b] for row-major float blocks; every input is read before out is written,
+// so out may alias an input.
+void batched_product(const std::vector<float>& lhs, const std::vector<float>& rhs, int64_t batch, int64_t m,
+                     int64_t k, int64_t n, std::vector<float>* result) {
+  result->assign(static_cast<std::size_t>(batch * m * n), 0.0f);
+  std::vector<float> column(static_cast<std::size_t>(k));
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* a = lhs.data() + b * m * k;
+    const float* w = rhs.data() + b * k * n;
+    float* c = result->data() + b * m * n;
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t p = 0; p < k; ++p) column[static_cast<std::size_t>(p)] = w[p * n + j];
+      for (int64_t i = 0; i < m; ++i) {
+        float acc = 0.0f;
+        for (int64_t p = 0; p < k; ++p) acc += a[i * k + p] * column[static_cast<std::size_t>(p)];
+        c[i * n + j] = acc;
+      }
+    }
+  }
+}
+
 Result::~Result() {
   if (handle_ != nullptr) aoti_torch_delete_tensor_object(handle_);
 }

@@ -72,6 +72,14 @@ Status require_contiguous(const Arg& arg, const char* why);
 Status require_writable(const Arg& arg);
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+// `arg` as an upstream op reads a buffer it takes through sizes() alone: its data pointer (which holds the
+// storage offset there: memory.cpp folds it in) read as dense row-major memory of its sizes, whatever its strides.
+Arg read_as_dense(const Arg& arg);
+// How many elements `arg`'s view reaches from its data pointer (1 + the sum of (size - 1) * |stride|; 0 if empty):
+// fewer than numel() where elements share memory (an expanded view).
+int64_t dense_span(const Arg& arg);
+// "channels-last" (strides of NHWC or NDHWC memory) or "strided": how to name a layout that is not contiguous.
+std::string layout_name(const Arg& arg);
 
 // A result tensor the fallback allocated: deleted on destruction unless released to the caller, so
 // a fallback that fails after allocating leaks nothing and hands out nothing.
@@ -121,6 +129,10 @@ inline int64_t offset_of(const std::vector<int64_t>& index, const std::vector<in
   return offset;
 }
 
+// result[b] = lhs[b] @ rhs[b] for row-major float blocks of [m, k] and [k, n], accumulated in float32.
+void batched_product(const std::vector<float>& lhs, const std::vector<float>& rhs, int64_t batch, int64_t m,
+                     int64_t k, int64_t n, std::vector<float>* result);
+
 // The elements of a float tensor as float32, in row-major order of its index.
 std::vector<float> load_dense(const Arg& arg);
 // Writes row-major `values` into `arg` (any strides), rounding once to its dtype.
@@ -130,6 +142,18 @@ void store_dense(const Arg& arg, const std::vector<float>& values);
 // for the host to report (shim_mps.cpp defines it); a build without the runtime (the tests over
 // libtorch) has none.
 extern "C" __attribute__((weak)) void shimkit_runtime_record_failure(const char* message);
+// Where this call meets a known divergence: upstream's runtime computes something other than ATen here, and the
+// fallback computes what upstream does. The Linux Metal runtime keeps it for the host, which makes it the
+// verdict's cause even where the numbers happen to agree (an all-ones input); without the runtime, nothing.
+// `behaviour` is the same text for every call it concerns (the report counts them), `detail` this call's.
+extern "C" __attribute__((weak)) void shimkit_runtime_record_divergence(const char* symbol, const char* behaviour,
+                                                                        const char* detail);
+
+inline void note_divergence(const char* symbol, const std::string& behaviour, const std::string& detail) {
+  if (shimkit_runtime_record_divergence != nullptr) {
+    shimkit_runtime_record_divergence(symbol, behaviour.c_str(), detail.c_str());
+  }
+}
 
 // Runs `body` behind the C ABI: no exception escapes, a failure is recorded as the last error
 // ("<symbol>: <message>", read with shimkit_metal_fallback_last_error) and returned as nonzero.

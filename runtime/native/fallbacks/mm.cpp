@@ -13,27 +13,6 @@ namespace shimkit {
 namespace metal_fallbacks {
 namespace {
 
-// out[b] = lhs[b] @ rhs[b] for row-major float blocks; every input is read before out is written,
-// so out may alias an input.
-void batched_product(const std::vector<float>& lhs, const std::vector<float>& rhs, int64_t batch, int64_t m,
-                     int64_t k, int64_t n, std::vector<float>* result) {
-  result->assign(static_cast<std::size_t>(batch * m * n), 0.0f);
-  std::vector<float> column(static_cast<std::size_t>(k));
-  for (int64_t b = 0; b < batch; ++b) {
-    const float* a = lhs.data() + b * m * k;
-    const float* w = rhs.data() + b * k * n;
-    float* c = result->data() + b * m * n;
-    for (int64_t j = 0; j < n; ++j) {
-      for (int64_t p = 0; p < k; ++p) column[static_cast<std::size_t>(p)] = w[p * n + j];
-      for (int64_t i = 0; i < m; ++i) {
-        float acc = 0.0f;
-        for (int64_t p = 0; p < k; ++p) acc += a[i * k + p] * column[static_cast<std::size_t>(p)];
-        c[i * n + j] = acc;
-      }
-    }
-  }
-}
-
 Status check_dtypes(const Arg& out, const Arg& self, const Arg& mat2) {
   SHIMKIT_RETURN_IF_ERROR(require_metal_float(self));
   SHIMKIT_RETURN_IF_ERROR(require_same_dtype(mat2, self));
