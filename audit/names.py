@@ -329,17 +329,19 @@ def _rename_argument(argument: Any, rename: Any) -> None:
 def _guard_renamed(guard: Any, segments: dict[str, str]) -> Any:
     """``guard`` reading each renamed forward argument by its stand-in (``L['é']`` -> ``L['u<digest>']``); a
     guard that does not parse is left for :func:`check_guard` to refuse."""
+    if not isinstance(guard, str):
+        return guard
     try:
-        tree = ast.parse(guard, mode="eval") if isinstance(guard, str) else None
+        tree = ast.parse(guard, mode="eval")
     except SyntaxError:
         return guard
     changed = False
-    for node in ast.walk(tree) if tree is not None else ():
-        key = node.slice if isinstance(node, ast.Subscript) else None
-        if (isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value in segments
-                and isinstance(node.value, ast.Name) and node.value.id == "L"):
-            key.value = segments[key.value]
-            changed = True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "L":
+            key = node.slice
+            if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value in segments:
+                key.value = segments[key.value]
+                changed = True
     return ast.unparse(tree) if changed else guard
 
 
