@@ -158,9 +158,6 @@ class Renaming:
     renamed: list[Renamed] = field(default_factory=list)
     segments: dict[str, str] = field(default_factory=dict)  # the user's segment -> its stand-in
 
-    def __bool__(self) -> bool:
-        return bool(self.segments)
-
     def by_segment(self) -> list[tuple[str, str, list[Renamed]]]:
         """``(segment, stand_in, names)`` for every renamed segment, with the names that hold it."""
         return [(segment, stand_in, [r for r in self.renamed if r.name == segment or segment in r.name.split(".")])
@@ -231,11 +228,12 @@ def _segments_of(name: str, dotted: bool) -> list[str]:
     return name.split(".") if dotted else [name]
 
 
-def _stand_ins(exported: Any) -> dict[str, str]:
-    """Each unsafe segment's stand-in, unique among the program's segments and the other stand-ins."""
+def _stand_ins(names: list[tuple[str, Any, bool]]) -> dict[str, str]:
+    """Each unsafe segment of ``names`` (:func:`_names_to_paste`) with its stand-in, unique among the program's
+    segments and the other stand-ins."""
     safe: set[str] = set()
     unsafe: set[str] = set()
-    for _, name, dotted in _names_to_paste(exported):
+    for _, name, dotted in names:
         if isinstance(name, str):
             for segment in _segments_of(name, dotted):
                 (safe if SEGMENT.fullmatch(segment) else unsafe).add(segment)
@@ -259,11 +257,12 @@ def make_pasteable(exported: Any, where: str) -> Renaming:
     A module built with ``seq.add_module("block1-0", torch.nn.Linear(4, 4))`` exports the parameter
     ``seq.block1-0.weight``; afterwards the program, its state dict and signature hold
     ``seq.block1_0_u<digest>.weight`` and the result's ``renamed`` says so."""
-    segments = _stand_ins(exported)
+    names = list(_names_to_paste(exported))
+    segments = _stand_ins(names)
     renaming = Renaming(segments=segments)
     if segments:
         seen: set[str] = set()
-        for kind, name, dotted in _names_to_paste(exported):
+        for kind, name, dotted in names:
             renamed = _renamed(name, dotted, segments)
             if renamed != name and name not in seen:
                 seen.add(name)

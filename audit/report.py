@@ -7,6 +7,7 @@ that document, so ``--json`` and the table can never disagree. Its schema is doc
 
 from __future__ import annotations
 
+from collections import Counter
 from importlib import metadata
 from typing import Any
 
@@ -352,9 +353,7 @@ def render_model(model: dict[str, Any]) -> str:
               else " (from the audit cache)") if model.get("cached") else ""
     lines = [f"{model['name']}: {model['status'].upper()}{cached}"]
     for renamed in model.get("renamed", ()):  # reports written before the field have none
-        kinds: dict[str, int] = {}
-        for name in renamed["names"]:
-            kinds[name["kind"]] = kinds.get(name["kind"], 0) + 1
+        kinds = Counter(name["kind"] for name in renamed["names"])
         held = ", ".join(f"{count} {kind}{'s' if count > 1 else ''}" for kind, count in kinds.items())
         lines.append(f"  renamed {renamed['segment']!r} as {renamed['as']} in {held}: generated code cannot carry it "
                      f"(findings are under the model's own names)")

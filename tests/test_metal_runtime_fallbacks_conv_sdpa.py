@@ -110,7 +110,8 @@ def test_convolution_of_zero_input_channels_has_zero_channels_as_in_aten(bias):
     ("weight_rank", ("weight must be 3-D, 4-D or 5-D",)),
     ("input_rank", ("input must be 3-D or 4-D",)),
     ("empty_spatial", ("empty in a non-batch dimension",)),
-    ("overlapping", ("input float32[1, 4, 5, 5] strides [20, 5, 0, 1] spans fewer elements than it holds",)),
+    ("overlapping", ("input float32[1, 4, 5, 5] strides [20, 5, 0, 1] spans fewer elements than op_convolution.mm "
+                     "reads from it as a contiguous NCHW buffer",)),
 ])
 def test_convolution_errors_name_the_argument(case, words):
     input_, weight, bias = torch.ones(1, 4, 5, 5), torch.ones(4, 4, 3, 3), None

@@ -17,8 +17,6 @@
 // Refused as upstream refuses, with its messages (:44-47, :57-64, :70-78, :80-94, :126-135). Refused here to keep
 // the stand-in's memory safe, where upstream would read or write past a buffer's end: an operand whose view spans
 // fewer elements than the dense read takes, and self that MPSGraph's addition cannot broadcast to [M, N].
-#include <cstring>
-
 #include "fallback_common.h"
 
 namespace shimkit {
@@ -26,26 +24,7 @@ namespace metal_fallbacks {
 namespace {
 
 constexpr const char* kSymbol = "aoti_torch_mps_addmm_out";
-
-std::string strides_text(const Arg& arg) {
-  return format_shape(arg.view.sizes) + " strides " + format_shape(arg.view.strides);
-}
-
-// `arg` read with `strides` (the layout upstream assumes), noting the divergence where its own differ.
-Status read_as_upstream(const Arg& arg, const std::vector<int64_t>& strides, const std::string& assumed, Arg* read) {
-  *read = arg;
-  read->view.strides = strides;
-  bool same = true;
-  for (int64_t d = 0; d < arg.dim(); ++d) same = same && (arg.size(d) <= 1 || arg.stride(d) == strides[d]);
-  if (same) return Status::ok();
-  if (dense_span(arg) < dense_span(*read)) {
-    return invalid(arg.name + " " + arg.describe() + " spans fewer elements than op_addmm.mm reads from it as " +
-                   assumed + ": it would be read past its end");
-  }
-  note_divergence(kSymbol, "reads its " + layout_name(arg) + " " + arg.name + " as " + assumed +
-                               ": op_addmm.mm uses only sizes()", strides_text(arg));
-  return Status::ok();
-}
+constexpr const char* kFile = "op_addmm.mm";
 
 float rounded(const Arg& like, float value) {
   unsigned char storage[4] = {};
@@ -89,13 +68,15 @@ Status addmm_out(AtenTensorHandle out_handle, AtenTensorHandle self_handle, Aten
     }
   }
 
-  Arg dense_mat1, dense_mat2, dense_self, dense_out;
-  SHIMKIT_RETURN_IF_ERROR(read_as_upstream(mat1, {k, 1}, "a dense [M, K] buffer", &dense_mat1));
+  Arg dense_mat1, dense_mat2, dense_self;
+  SHIMKIT_RETURN_IF_ERROR(read_as_upstream(kSymbol, kFile, "", mat1, {k, 1}, "a dense [M, K] buffer", &dense_mat1));
   const bool transposed = mat2.stride(0) == 1 && mat2.stride(1) != 1;
-  SHIMKIT_RETURN_IF_ERROR(read_as_upstream(mat2, transposed ? std::vector<int64_t>{1, k} : std::vector<int64_t>{n, 1},
+  SHIMKIT_RETURN_IF_ERROR(read_as_upstream(kSymbol, kFile, "", mat2,
+                                           transposed ? std::vector<int64_t>{1, k} : std::vector<int64_t>{n, 1},
                                            transposed ? "a dense [N, K] buffer, transposed" : "a dense [K, N] buffer",
                                            &dense_mat2));
-  SHIMKIT_RETURN_IF_ERROR(read_as_upstream(self, contiguous_strides(self.view.sizes), "a dense buffer", &dense_self));
+  SHIMKIT_RETURN_IF_ERROR(read_as_upstream(kSymbol, kFile, "", self, contiguous_strides(self.view.sizes),
+                                           "a dense buffer", &dense_self));
   // out is written as dense [M, N] whatever its sizes.
   Arg written = out;
   written.view.sizes = {m, n};
@@ -106,11 +87,11 @@ Status addmm_out(AtenTensorHandle out_handle, AtenTensorHandle self_handle, Aten
   }
   if (out.view.sizes != written.view.sizes || !out.contiguous()) {
     note_divergence(kSymbol, "writes its [M, N] result into out as a dense buffer: op_addmm.mm never reads out's "
-                             "sizes or strides", strides_text(out));
+                             "sizes or strides", out.layout());
   }
   if (beta == 0.0) {
     note_divergence(kSymbol, "multiplies self by beta=0 where ATen ignores it, so NaN and infinities in self reach "
-                             "the result", strides_text(self));
+                             "the result", self.layout());
   }
 
   std::vector<float> product;

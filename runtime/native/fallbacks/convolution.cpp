@@ -1,8 +1,8 @@
 // Stands in for the Metal runtime's op_convolution.mm (pytorch/executorch cff6f4d, unchanged since 29625e8e and
 // the same in v1.4.1): aoti_torch_mps_convolution, a cross-correlation with stride, zero padding, dilation and
 // groups, plus an optional bias, for 1-D and 2-D inputs, batched or not, returned as a new contiguous tensor.
-// Accumulates in float32 and rounds once, as MPSGraph's convolution is documented to for bfloat16 (float
-// accumulators), which ATen's CPU kernels do too.
+// Accumulates in float32 and rounds once, as ATen's CPU kernels do for bfloat16 (assumed of MPSGraph's
+// convolution, whose accumulator Apple does not document).
 //
 // What upstream computes, where it is not what ATen computes:
 // - input and weight are read through sizes() alone (op_convolution.mm:87-138) and handed to MPSGraph as NCHW
@@ -25,6 +25,8 @@ namespace metal_fallbacks {
 namespace {
 
 constexpr const char* kSymbol = "aoti_torch_mps_convolution";
+constexpr const char* kFile = "op_convolution.mm";
+constexpr const char* kIssue = " (pytorch/executorch#22951)";
 
 struct Params {
   int64_t spatial = 0;             // 1, 2 or 3
@@ -67,19 +69,10 @@ Status convolution(AtenTensorHandle input_handle, AtenTensorHandle weight_handle
   SHIMKIT_RETURN_IF_ERROR(read_arg(input_handle, "input", &input));
   SHIMKIT_RETURN_IF_ERROR(read_arg(weight_handle, "weight", &weight));
   SHIMKIT_RETURN_IF_ERROR(read_optional_arg(bias_handle, "bias", &bias, &has_bias));
-  for (Arg* operand : {&input, &weight}) {
-    if (operand->contiguous()) continue;
-    if (dense_span(*operand) < operand->numel()) {
-      return invalid(operand->name + " " + operand->describe() + " spans fewer elements than it holds: read as a "
-                     "contiguous buffer, as op_convolution.mm reads it, it would be read past its end");
-    }
-    note_divergence(kSymbol,
-                    "reads its " + layout_name(*operand) + " " + operand->name + " as a contiguous " +
-                        (operand == &input ? "NCHW" : "OIHW") +
-                        " buffer: op_convolution.mm uses only sizes() (pytorch/executorch#22951)",
-                    format_shape(operand->view.sizes) + " strides " + format_shape(operand->view.strides));
-    *operand = read_as_dense(*operand);
-  }
+  SHIMKIT_RETURN_IF_ERROR(read_as_upstream(kSymbol, kFile, kIssue, input, contiguous_strides(input.view.sizes),
+                                           "a contiguous NCHW buffer", &input));
+  SHIMKIT_RETURN_IF_ERROR(read_as_upstream(kSymbol, kFile, kIssue, weight, contiguous_strides(weight.view.sizes),
+                                           "a contiguous OIHW buffer", &weight));
   SHIMKIT_RETURN_IF_ERROR(require_metal_float(input));
   SHIMKIT_RETURN_IF_ERROR(require_same_dtype(weight, input));
   if (has_bias) SHIMKIT_RETURN_IF_ERROR(require_same_dtype(bias, input));

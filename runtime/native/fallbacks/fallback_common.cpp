@@ -26,8 +26,10 @@ bool Arg::contiguous() const {
   return true;
 }
 
-std::string Arg::describe() const {
-  return dtype_text(code) + format_shape(view.sizes) + " strides " + format_shape(view.strides);
+std::string Arg::describe() const { return dtype_text(code) + layout(); }
+
+std::string Arg::layout() const {
+  return format_shape(view.sizes) + " strides " + format_shape(view.strides);
 }
 
 namespace {
@@ -156,16 +158,13 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
   return strides;
 }
 
-Arg read_as_dense(const Arg& arg) {
-  Arg dense = arg;
-  dense.view.strides = contiguous_strides(arg.view.sizes);
-  return dense;
-}
 
 int64_t dense_span(const Arg& arg) {
   if (arg.numel() == 0) return 0;
   int64_t span = 1;
-  for (int64_t d = 0; d < arg.dim(); ++d) span += (arg.size(d) - 1) * (arg.stride(d) < 0 ? -arg.stride(d) : arg.stride(d));
+  for (int64_t d = 0; d < arg.dim(); ++d) {
+    span += (arg.size(d) - 1) * (arg.stride(d) < 0 ? -arg.stride(d) : arg.stride(d));
+  }
   return span;
 }
 
@@ -183,6 +182,26 @@ std::string layout_name(const Arg& arg) {
     if (channels_last) return "channels-last";
   }
   return "strided";
+}
+
+Status read_as_upstream(const char* symbol, const char* file, const char* issue, const Arg& arg,
+                        const std::vector<int64_t>& strides, const std::string& assumed, Arg* read) {
+  Arg as_read = arg;  // `read` may be `arg` itself
+  as_read.view.strides = strides;
+  bool differs = false;  // sizes of 0 or 1 take any stride, as ATen's is_contiguous lets them
+  for (int64_t d = 0; d < arg.dim(); ++d) differs = differs || (arg.size(d) > 1 && arg.stride(d) != strides[d]);
+  if (!differs || arg.numel() == 0) {
+    *read = std::move(as_read);
+    return Status::ok();
+  }
+  if (dense_span(arg) < dense_span(as_read)) {
+    return invalid(arg.name + " " + arg.describe() + " spans fewer elements than " + file + " reads from it as " +
+                   assumed + ": it would be read past its end");
+  }
+  note_divergence(symbol, "reads its " + layout_name(arg) + " " + arg.name + " as " + assumed + ": " + file +
+                              " uses only sizes()" + issue, arg.layout());
+  *read = std::move(as_read);
+  return Status::ok();
 }
 
 // out[b] = lhs[b] @ rhs[b] for row-major float blocks; every input is read before out is written,

@@ -41,6 +41,8 @@ struct Arg {
   bool contiguous() const;
   // "bfloat16[3, 4] strides [1, 3]", with the real dtype name for integer tensors too.
   std::string describe() const;
+  // "[3, 4] strides [1, 3]"
+  std::string layout() const;
   float load(int64_t offset) const { return load_float(view.data, view.dtype, offset); }
   void store(int64_t offset, float value) const { store_float(view.data, view.dtype, offset, value); }
 };
@@ -72,9 +74,6 @@ Status require_contiguous(const Arg& arg, const char* why);
 Status require_writable(const Arg& arg);
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
-// `arg` as an upstream op reads a buffer it takes through sizes() alone: its data pointer (which holds the
-// storage offset there: memory.cpp folds it in) read as dense row-major memory of its sizes, whatever its strides.
-Arg read_as_dense(const Arg& arg);
 // How many elements `arg`'s view reaches from its data pointer (1 + the sum of (size - 1) * |stride|; 0 if empty):
 // fewer than numel() where elements share memory (an expanded view).
 int64_t dense_span(const Arg& arg);
@@ -154,6 +153,13 @@ inline void note_divergence(const char* symbol, const std::string& behaviour, co
     shimkit_runtime_record_divergence(symbol, behaviour.c_str(), detail.c_str());
   }
 }
+
+// `arg` as an upstream op that takes it through sizes() alone reads it: its data pointer (which holds the storage
+// offset there: memory.cpp folds it in) read with `strides`, the layout `file` assumes (`assumed`, "a contiguous
+// NCHW buffer"), whatever its own. Where its own differ, the call is a divergence of `symbol` (`issue`: the upstream
+// issue, or ""); an `arg` spanning fewer elements than that read reaches is refused, never read past its end.
+Status read_as_upstream(const char* symbol, const char* file, const char* issue, const Arg& arg,
+                        const std::vector<int64_t>& strides, const std::string& assumed, Arg* read);
 
 // Runs `body` behind the C ABI: no exception escapes, a failure is recorded as the last error
 // ("<symbol>: <message>", read with shimkit_metal_fallback_last_error) and returned as nonzero.
