@@ -27,7 +27,7 @@ import functools
 import re
 import threading
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import torch
 
@@ -446,6 +446,17 @@ def take_divergences(runtime: ctypes.CDLL) -> list[tuple[str, str, str]]:
     return divergences
 
 
+def _inputs_made_contiguous(inputs: Sequence[torch.Tensor]) -> list[tuple[str, str, str]]:
+    """Upstream's ``MetalBackend::execute`` makes each input a new tensor of the input's sizes alone and copies the
+    caller's into it (metal_backend.cpp:515-536 at cff6f4d: ``aoti_torch_empty_strided(..., nullptr, ...)``, then
+    ``aoti_torch_copy_``), as ``__call__`` does; a program AOTInductor compiled for an input of other strides (a
+    channels-last image) reads that contiguous copy in its own order: a divergence of the runtime, not of a shim."""
+    return [("MetalBackend::execute", "hands the program each input as a new contiguous tensor (metal_backend.cpp:"
+             "515-536), where the program was compiled for the input's own strides",
+             f"input {index} {list(tensor.shape)} strides {list(tensor.stride())}")
+            for index, tensor in enumerate(inputs) if tensor.dtype in DTYPE_CODES and not tensor.is_contiguous()]
+
+
 def tensor_handle(runtime: ctypes.CDLL, tensor: torch.Tensor, device_type: int | None = None) -> int:
     """A runtime tensor handle over ``tensor``'s memory (not a copy: keep ``tensor`` alive) on the c10 device
     ``device_type``, mps by default: the code the runtime was compiled with (``shimkit/c10_codes.h``), so
@@ -554,6 +565,7 @@ class MetalProgram:
             raise ProgramError(f"the program takes {self.num_inputs} tensors, got "
                                f"{[type(i).__name__ for i in inputs]}")
         kept = [i.detach().contiguous() if i.dtype in DTYPE_CODES else i for i in inputs]
+        self.divergences += [d for d in _inputs_made_contiguous(inputs) if d not in self.divergences]
         handles = (ctypes.c_void_p * max(len(kept), 1))(*[tensor_handle(self.runtime, t) for t in kept])
         outputs = (ctypes.c_void_p * max(self.num_outputs, 1))()
         _compile_failures.message = None

@@ -18,9 +18,12 @@ import contextlib
 import threading
 from typing import Any, Iterator, Mapping
 
+import torch
+
 from shimkit.passes import Pipeline
 from shimkit.plugins import BUILTIN_MODULES, BUILTIN_PACKAGE
 from shimkit.registry import BackendConfig, PluginRegistry
+from shimkit.registry.ops import try_resolve_op
 
 __all__ = ["BUILTIN_PLUGINS", "backend_config", "get_registry", "inductor_options", "new_registry", "pipeline",
            "use_registry"]
@@ -81,20 +84,38 @@ _LAID_OUT_BY_INDUCTOR = frozenset({"aten::convolution.default"})
 
 def inductor_options(config: BackendConfig) -> dict[str, Any]:
     """AOTInductor options to merge into the backend's own: the custom c-shims, the post-grad passes (as one
-    ``post_grad_custom_post_pass``), and Inductor's layout optimisation off where a shim of an op it lays out
-    reads its operands dense (``Shim.dense_operands``: the stock runtime's convolution reads channels-last memory as
-    NCHW, pytorch/executorch#22951), so that the program keeps them contiguous."""
+    ``post_grad_custom_post_pass``), and what makes the program hand a shim the dense operands it reads through
+    their sizes alone (``Shim.dense_operands``: the stock runtime's convolution reads channels-last memory as NCHW,
+    pytorch/executorch#22951; its mm reads ``self`` as a dense matrix): a contiguous copy of each such operand that
+    is not contiguous (``shimkit.passes.dense_operands``, last of the post-grad passes), and Inductor's layout
+    optimisation off where it would lay out those operands itself."""
     # Imported here, not at the top: it pulls in torch._inductor (a second of start-up), which
     # `shimkit plugins` and `shimkit config` never need.
     from shimkit.passes.inductor import PostGradPipeline
 
+    from shimkit.passes.dense_operands import ContiguousOperands
+
     options: dict[str, Any] = {}
     if config.custom_c_shims:
         options["aot_inductor.custom_ops_to_c_shims"] = dict(config.custom_c_shims)
-    if config.post_grad_passes:
-        options["post_grad_custom_post_pass"] = PostGradPipeline(config.post_grad_passes,
-                                                                 config.post_grad_pass_names)
-    if any(p.shim is not None and p.shim.dense_operands and p.shim.op in _LAID_OUT_BY_INDUCTOR
-           for p in config.kernel_providers.values()):
+    dense = dense_operands(config)
+    passes, names = tuple(config.post_grad_passes), tuple(config.post_grad_pass_names)
+    if dense:  # last: after every pass that may still make a call of these ops
+        passes, names = passes + (ContiguousOperands(dense),), names + (ContiguousOperands.name,)
+    if passes:
+        options["post_grad_custom_post_pass"] = PostGradPipeline(passes, names)
+    if any(f"{op._schema.name}.{op._overloadname}" in _LAID_OUT_BY_INDUCTOR for op in dense):
         options["layout_optimization"] = False
     return options
+
+
+def dense_operands(config: BackendConfig) -> dict[torch._ops.OpOverload, tuple[str, ...]]:
+    """The ops whose chosen shim reads operands as dense memory of their sizes (``Shim.dense_operands``), with those
+    operands' names: what ``inductor_options`` makes the generated program hand over contiguous."""
+    found: dict[torch._ops.OpOverload, tuple[str, ...]] = {}
+    for provision in config.kernel_providers.values():
+        shim = provision.shim
+        overload = try_resolve_op(shim.op) if shim is not None and shim.dense_operands else None
+        if overload is not None:
+            found[overload] = shim.dense_operands
+    return found

@@ -50,11 +50,14 @@ def test_the_signatures_are_the_ones_inductor_calls():
 
 @EXAMPLES
 @given(data=st.data(), dtype=st.sampled_from(METAL_DTYPES), m=st.integers(0, 5), k=st.integers(0, 5),
-       n=st.integers(0, 5), specials=st.booleans())
-def test_mm_matches_torch(data, dtype, m, k, n, specials):
-    self_ = data.draw(tensors((m, k), dtype, elements=lambda _: values(specials)))
-    mat2 = data.draw(tensors((k, n), dtype, elements=lambda _: values(specials)))
-    out = data.draw(tensors((m, n), dtype))
+       n=st.integers(0, 5), specials=st.booleans(), transposed=st.booleans())
+def test_mm_matches_torch(data, dtype, m, k, n, specials, transposed):
+    """The layouts op_mm.mm reads right: a dense self, and mat2 dense or densely transposed (x @ weight.t())."""
+    self_ = data.draw(tensors((m, k), dtype, elements=lambda _: values(specials))).contiguous()
+    mat2 = data.draw(tensors((k, n), dtype, elements=lambda _: values(specials))).contiguous()
+    if transposed:
+        mat2 = mat2.t().contiguous().t()
+    out = data.draw(tensors((m, n), dtype)).contiguous()
     expected = torch.mm(self_, mat2)
     with tensor_handles(out, self_, mat2) as handles:
         assert call("aoti_torch_mps_mm_out", *handles) == AOTI_TORCH_SUCCESS, last_error()
@@ -62,29 +65,40 @@ def test_mm_matches_torch(data, dtype, m, k, n, specials):
     assert_rounded_once(out, exact, (k + 2) * U32 * magnitude, pattern=expected)
 
 
-def test_mm_reads_a_transposed_self_and_mat2_through_their_strides():
-    self_ = torch.arange(12.0).reshape(4, 3).t()  # what upstream's mm reads as dense
-    mat2 = torch.arange(8.0).reshape(2, 4).t()
-    out = torch.empty(3, 2)
+@EXAMPLES
+@given(data=st.data(), dtype=st.sampled_from(METAL_DTYPES), m=st.integers(0, 4), k=st.integers(0, 4),
+       n=st.integers(0, 4), layout_self=LAYOUTS, layout2=LAYOUTS, out_layout=LAYOUTS)
+def test_mm_computes_what_op_mm_mm_computes(data, dtype, m, k, n, layout_self, layout2, out_layout):
+    """self read densely through its sizes, mat2 densely or densely transposed (strides (1, not 1)), the [M, N]
+    result written densely from out's data pointer (op_mm.mm at cff6f4d). Small integers keep every step exact,
+    so the comparison is to the bit."""
+    integers = lambda shape: torch.randint(-3, 4, shape, generator=torch.Generator().manual_seed(  # noqa: E731
+        data.draw(SEEDS))).to(dtype)
+    self_, mat2 = strided(integers((m, k)), layout_self), strided(integers((k, n)), layout2)
+    out = strided(torch.full((m, n), math.nan, dtype=dtype), out_layout)
     with tensor_handles(out, self_, mat2) as handles:
         assert call("aoti_torch_mps_mm_out", *handles) == AOTI_TORCH_SUCCESS, last_error()
-    assert torch.equal(out, self_ @ mat2)
+    transposed = mat2.stride(0) == 1 and mat2.stride(1) != 1
+    read2 = read_densely(mat2, (n, k)).t() if transposed else read_densely(mat2, (k, n))
+    expected = (read_densely(self_, (m, k)).float() @ read2.float()).to(dtype)
+    torch.testing.assert_close(read_densely(out, (m, n)), expected, rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("case, words", [
-    ("out_shape", ("out has shape [3, 3]", "[2, 3]")),
-    ("out_dtype", ("out is bfloat16", "self is float32")),
-    ("mat2_dtype", ("mat2 is bfloat16",)),
-    ("float16", ("self has dtype float16", "float32, bfloat16")),
-    ("float64", ("self has dtype float64",)),
-    ("rank", ("self must be 2-D",)),
-    ("shapes", ("cannot be multiplied", "2x4 and 3x3")),
-    ("broadcast_out", ("out is broadcast",)),
+    ("out_small", ("out float32[3, 1] strides [1, 1] holds fewer than the 6 elements op_mm.mm writes",)),
+    ("out_dtype", ("out is bfloat16 but self is float32", "reinterpret")),
+    ("mat2_dtype", ("mat2 is bfloat16 but self is float32",)),
+    ("float16", ("Unsupported data type for matrix multiplication",)),
+    ("float64", ("Unsupported data type for matrix multiplication",)),
+    ("rank", ("tensors must be 2-D, got 1 and 2",)),
+    ("shapes", ("incompatible matrix sizes for mm (2x4 and 3x3)",)),
+    ("broadcast_out", ("out float32[2, 3] strides [0, 1] holds fewer than the 6 elements",)),
+    ("expanded_self", ("self float32[2, 4] strides [0, 1] spans fewer elements than op_mm.mm reads",)),
 ])
-def test_mm_errors_name_the_argument(case, words):
+def test_mm_refuses_as_op_mm_mm_does_and_never_reads_past_a_buffer(case, words):
     self_, mat2, out = torch.ones(2, 4), torch.ones(4, 3), torch.empty(2, 3)
-    if case == "out_shape":
-        out = torch.empty(3, 3)
+    if case == "out_small":
+        out = torch.empty(3, 1)
     elif case == "out_dtype":
         out = out.bfloat16()
     elif case == "mat2_dtype":
@@ -98,6 +112,8 @@ def test_mm_errors_name_the_argument(case, words):
         mat2 = torch.ones(3, 3)
     elif case == "broadcast_out":
         out = torch.empty(1, 3).expand(2, 3)
+    elif case == "expanded_self":
+        self_ = torch.ones(1, 4).expand(2, 4)
     with tensor_handles(out, self_, mat2) as handles:
         assert_fails(call("aoti_torch_mps_mm_out", *handles), "aoti_torch_mps_mm_out: ", *words)
 

@@ -98,3 +98,50 @@ def test_a_shims_dense_operands_are_argument_names(operands, refused):
     else:
         with pytest.raises(InvalidPluginRecord, match=refused):
             make()
+
+
+_TRANSPOSED_SELF = """
+    class TransposedSelf(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(6, 5))
+
+        def forward(self, x):
+            return torch.mm(x.t(), self.weight) * 2.0
+
+    def make():
+        torch.manual_seed(0)
+        return TransposedSelf(), (torch.randn(6, 4),)
+"""
+
+
+def test_mm_reads_a_transposed_self_as_dense_stock_and_the_mm_plugins_dense_operands_make_it_right(tmp_path,
+                                                                                                     monkeypatch):
+    """op_mm.mm reads self through sizes() alone; Inductor hands it ``x.t()`` as a view. With shimkit the mm
+    plugin's ``dense_operands=("self",)`` derives a contiguous copy; the mutant without that derivation is wrong
+    again, with the cause."""
+    spec = _write_model(tmp_path, _TRANSPOSED_SELF)
+    stock = _execute(spec, plugins=False)
+    assert stock.status == "wrong"
+    assert "aoti_torch_mps_mm_out reads its strided self as a dense [M, K] buffer" in stock.numerics.checks[0].error
+    assert "model.py:9" in stock.numerics.checks[0].error  # the user's line
+    assert _execute(spec, plugins=True).status == "clean"
+    monkeypatch.setattr(shimkit.backend, "dense_operands", lambda config: {})
+    mutant = _execute(spec, plugins=True)
+    assert mutant.status == "wrong" and "reads its strided self" in mutant.numerics.checks[0].error
+
+
+def test_a_channels_last_model_input_is_wrong_with_the_runtimes_cause(tmp_path):
+    """metal_backend.cpp copies each input into a new contiguous tensor; the program was compiled for the
+    caller's channels-last strides. No shim is at fault and shimkit does not fix it yet: the verdict says so."""
+    spec = _write_model(tmp_path, """
+        def make():
+            torch.manual_seed(0)
+            return torch.nn.Conv2d(3, 8, 3, padding=1), (torch.randn(1, 3, 8, 8).to(memory_format=torch.channels_last),)
+    """)
+    audit = _execute(spec, plugins=True)
+    assert audit.status == "wrong"
+    error = audit.numerics.checks[0].error
+    assert "MetalBackend::execute hands the program each input as a new contiguous tensor" in error
+    assert "input 0 [1, 3, 8, 8] strides [192, 1, 24, 3]" in error
+    assert "aoti_torch_mps_convolution" not in error  # the plugin's dense operands keep the shim itself right

@@ -1,12 +1,16 @@
-// Stands in for the Metal runtime's op_mm.mm and op_bmm.mm: aoti_torch_mps_mm_out and
-// aoti_torch_mps_bmm_out write out = self @ mat2 (batched for bmm), accumulated in float32 and rounded
-// once to the operands' dtype, as ATen's CPU kernels do for bfloat16.
+// Stands in for the Metal runtime's op_mm.mm and op_bmm.mm (pytorch/executorch cff6f4d): aoti_torch_mps_mm_out and
+// aoti_torch_mps_bmm_out write out = self @ mat2 (batched for bmm), accumulated in float32 (assumed of MPSGraph's
+// matrix multiplication, as for addmm) and rounded once to the operands' dtype.
 //
-// Rejected like upstream: dtypes other than float32 and bfloat16 (upstream has no float16 here), and for
-// bmm any operand that is not contiguous, because upstream feeds each to MPSGraph as a dense buffer and
-// refuses other layouts. Upstream's mm checks neither mat2's nor out's dtype or shape and reads self
-// as dense whatever its strides; here every mm operand is read through its strides and out is
-// checked, so a wrong call fails instead of writing past out.
+// What upstream's mm computes, where it is not what ATen computes (line numbers: op_mm.mm at cff6f4d; each noted as
+// a divergence, so the verdict says so):
+// - self is read through sizes() alone, as a dense [M, K] buffer (:133, :239-241); mat2 as dense [K, N], or as dense
+//   [N, K] transposed when its strides are (1, not 1) (:70-80, :136-146), whatever its strides really are;
+// - out's sizes and strides are never read: the [M, N] result is written densely from its data pointer (:233, :253).
+// Refused as upstream refuses, with its messages (:23-26, :39-44, :52-57, :124-126). Refused here where upstream would
+// read or write past a buffer's end or reinterpret one (every operand is bound as self's dtype, :111-127): an operand
+// spanning fewer elements than the dense access takes, mat2 or out of another dtype than self's.
+// bmm: every operand must be contiguous, as upstream feeds each to MPSGraph as a dense buffer and refuses others.
 #include "fallback_common.h"
 
 namespace shimkit {
@@ -19,27 +23,53 @@ Status check_dtypes(const Arg& out, const Arg& self, const Arg& mat2) {
   return require_same_dtype(out, self);
 }
 
+constexpr const char* kMmSymbol = "aoti_torch_mps_mm_out";
+constexpr const char* kMmFile = "op_mm.mm";
+
 Status mm_out(AtenTensorHandle out_handle, AtenTensorHandle self_handle, AtenTensorHandle mat2_handle) {
+  if (out_handle == nullptr || self_handle == nullptr || mat2_handle == nullptr) return invalid("null tensor handles");
   Arg out, self, mat2;
   SHIMKIT_RETURN_IF_ERROR(read_arg(out_handle, "out", &out));
   SHIMKIT_RETURN_IF_ERROR(read_arg(self_handle, "self", &self));
   SHIMKIT_RETURN_IF_ERROR(read_arg(mat2_handle, "mat2", &mat2));
-  SHIMKIT_RETURN_IF_ERROR(require_rank(self, 2, "(a matrix)"));
-  SHIMKIT_RETURN_IF_ERROR(require_rank(mat2, 2, "(a matrix)"));
-  SHIMKIT_RETURN_IF_ERROR(require_rank(out, 2, "(a matrix)"));
-  SHIMKIT_RETURN_IF_ERROR(check_dtypes(out, self, mat2));
+  if (self.dim() != 2 || mat2.dim() != 2) {
+    return invalid("tensors must be 2-D, got " + std::to_string(self.dim()) + " and " + std::to_string(mat2.dim()));
+  }
   const int64_t m = self.size(0), k = self.size(1), n = mat2.size(1);
   if (mat2.size(0) != k) {
-    return invalid("self and mat2 shapes cannot be multiplied (" + std::to_string(m) + "x" + std::to_string(k) +
-                   " and " + std::to_string(mat2.size(0)) + "x" + std::to_string(n) + ")");
+    return invalid("incompatible matrix sizes for mm (" + std::to_string(m) + "x" + std::to_string(k) + " and " +
+                   std::to_string(mat2.size(0)) + "x" + std::to_string(n) + ")");
   }
-  if (out.size(0) != m || out.size(1) != n) {
-    return invalid("out has shape " + format_shape(out.view.sizes) + " but self @ mat2 is " + format_shape({m, n}));
+  if (self.code != float32_code() && self.code != bfloat16_code()) {
+    return invalid("Unsupported data type for matrix multiplication");
   }
-  SHIMKIT_RETURN_IF_ERROR(require_writable(out));
+  for (const Arg* other : {&mat2, &out}) {
+    if (other->code != self.code) {
+      return invalid(other->name + " is " + dtype_text(other->code) + " but self is " + dtype_text(self.code) +
+                     ": op_mm.mm binds every operand as self's dtype and would reinterpret its bits");
+    }
+  }
+  Arg dense_self, dense_mat2;
+  SHIMKIT_RETURN_IF_ERROR(read_as_upstream(kMmSymbol, kMmFile, "", self, {k, 1}, "a dense [M, K] buffer", &dense_self));
+  const bool transposed = mat2.stride(0) == 1 && mat2.stride(1) != 1;
+  SHIMKIT_RETURN_IF_ERROR(read_as_upstream(kMmSymbol, kMmFile, "", mat2,
+                                           transposed ? std::vector<int64_t>{1, k} : std::vector<int64_t>{n, 1},
+                                           transposed ? "a dense [N, K] buffer, transposed" : "a dense [K, N] buffer",
+                                           &dense_mat2));
+  Arg written = out;
+  written.view.sizes = {m, n};
+  written.view.strides = {n, 1};
+  if (out.numel() < m * n || (out.numel() > 0 && dense_span(out) < m * n)) {
+    return invalid("out " + out.describe() + " holds fewer than the " + std::to_string(m * n) +
+                   " elements op_mm.mm writes into it densely: it would be written past its end");
+  }
+  if (out.view.sizes != written.view.sizes || !out.contiguous()) {
+    note_divergence(kMmSymbol, "writes its [M, N] result into out as a dense buffer: op_mm.mm never reads out's "
+                               "sizes or strides", out.layout());
+  }
   std::vector<float> result;
-  batched_product(load_dense(self), load_dense(mat2), 1, m, k, n, &result);
-  store_dense(out, result);
+  batched_product(load_dense(dense_self), load_dense(dense_mat2), 1, m, k, n, &result);
+  store_dense(written, result);
   return Status::ok();
 }
 
