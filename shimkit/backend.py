@@ -115,7 +115,9 @@ def dense_operands(config: BackendConfig) -> dict[torch._ops.OpOverload, tuple[s
     found: dict[torch._ops.OpOverload, tuple[str, ...]] = {}
     for provision in config.kernel_providers.values():
         shim = provision.shim
-        overload = try_resolve_op(shim.op) if shim is not None and shim.dense_operands else None
+        if shim is None or not shim.dense_operands:
+            continue
+        overload = try_resolve_op(shim.op)
         if overload is not None:
             found[overload] = shim.dense_operands
     return found
