@@ -20,6 +20,7 @@ import torch
 from torch import fx
 
 from shimkit.passes.base import PROVENANCE_META, PassContext, ShimkitPass
+from shimkit.passes.operand_dtypes import operand, set_operand
 
 
 def _argument_slots(overload: torch._ops.OpOverload, names: Sequence[str]) -> tuple[tuple[int, str], ...]:
@@ -45,7 +46,7 @@ class ContiguousOperands(ShimkitPass):
         changed = False
         for node in [n for n in graph.nodes if n.op == "call_function" and n.target in self.operands]:
             for index, name in self.operands[node.target]:
-                value = node.args[index] if len(node.args) > index else node.kwargs.get(name)
+                value = operand(node, index, name)
                 fake = value.meta.get("val") if isinstance(value, fx.Node) else None
                 if not isinstance(fake, torch.Tensor) or value.target is force_stride_order:
                     continue
@@ -54,9 +55,6 @@ class ContiguousOperands(ShimkitPass):
                     copy = graph.call_function(force_stride_order, (value, list(dense.stride())))
                 copy.meta = {key: node.meta[key] for key in PROVENANCE_META if key in node.meta}
                 copy.meta["val"] = dense
-                if len(node.args) > index:
-                    node.update_arg(index, copy)
-                else:
-                    node.update_kwarg(name, copy)
+                set_operand(node, index, name, copy)
                 changed = True
         return changed

@@ -22,6 +22,14 @@ def operand(node: fx.Node, index: int, name: str) -> Any:
     return node.args[index] if len(node.args) > index else node.kwargs.get(name)
 
 
+def set_operand(node: fx.Node, index: int, name: str, value: fx.Node) -> None:
+    """Makes ``value`` the argument at ``index``, or the keyword ``name`` where it was passed by keyword."""
+    if len(node.args) > index:
+        node.update_arg(index, value)
+    else:
+        node.update_kwarg(name, value)
+
+
 def cast_operands_to(graph: fx.Graph, node: fx.Node, operands: Sequence[tuple[int, str]],
                      like: tuple[int, str]) -> bool:
     """Cast each floating operand of ``operands`` (position, name) whose dtype differs from the operand ``like``
@@ -40,10 +48,7 @@ def cast_operands_to(graph: fx.Graph, node: fx.Node, operands: Sequence[tuple[in
         with graph.inserting_before(node):
             cast = graph.call_function(torch.ops.prims.convert_element_type.default, (value, dtype))
         cast.meta = {**value.meta, "val": fake.to(dtype)}
-        if len(node.args) > index:
-            node.update_arg(index, cast)
-        else:
-            node.update_kwarg(name, cast)
+        set_operand(node, index, name, cast)
         changed = True
     return changed
 

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fallback_helpers import (F64, FEW_EXAMPLES, H, LAYOUTS, METAL_DTYPES, SEEDS, U32, assert_fails,
+from fallback_helpers import (F64, FEW_EXAMPLES, H, LAYOUTS, METAL_DTYPES, SEEDS, U32, UNIT_ROUNDOFF, assert_fails,
                               assert_rounded_once, call, int_array, last_error, library, optional, random,
                               read_densely, steal, strided)
 from shimkit.testing.kernels import AOTI_TORCH_SUCCESS, tensor_handles
@@ -69,22 +69,36 @@ def test_convolution_matches_torch(data, dtype, spatial, batched, groups, has_bi
     read_input = read_densely(given_input) if batched else read_densely(given_input)[None]
     read_weight = read_densely(given_weight)
     arguments = (stride, padding, dilation, False, [0] * given_values, groups)
-    expected = torch.convolution(read_input, read_weight, bias, *arguments)
-    exact = torch.convolution(read_input.double(), read_weight.double(), None if bias is None else bias.double(),
-                              *arguments)
-    magnitude = torch.convolution(read_input.double().abs(), read_weight.double().abs(),
-                                  None if bias is None else bias.double().abs(), *arguments)
+    expected = torch.convolution(read_input, read_weight, None, *arguments)
+    exact = torch.convolution(read_input.double(), read_weight.double(), None, *arguments)
+    magnitude = torch.convolution(read_input.double().abs(), read_weight.double().abs(), None, *arguments)
     if not batched:
         expected, exact, magnitude = expected[0], exact[0], magnitude[0]
     status, result = conv_call(given_input, given_weight, bias, stride, padding, dilation, groups,
                                bias_pointer=data.draw(st.sampled_from(["null", "handle"])))
+    if spatial == 3:
+        assert_fails(status, "conv2d expects 3D or 4D input", "no 3-D path")
+        return
+    if batch == 0:
+        assert_fails(status, "Invalid output dimensions N=0", "refuses an empty batch")
+        return
+    out_channels = group_out * groups
+    if bias is not None and out_channels != 1 and exact.shape[-1] != out_channels:
+        assert_fails(status, "does not broadcast against the result's last dimension")
+        return
     assert status == AOTI_TORCH_SUCCESS, last_error()
     output = steal(result)
     assert output.is_contiguous() and output.dtype == dtype
     taps = group_in * math.prod(kernel)
+    bound = (taps + 3) * U32 * magnitude
+    if bias is not None:  # MPSGraph's broadcasting addition, a second rounding: along the last dim (op_convolution.mm)
+        exact = exact + bias.double() if out_channels != 1 else exact + bias.double().view(-1, *[1] * spatial)
+        expected = expected + bias if out_channels != 1 else expected + bias.view(-1, *[1] * spatial)
+        magnitude = magnitude + bias.double().abs()
+        bound = bound + UNIT_ROUNDOFF[dtype] * magnitude
     # NaN and inf where float64 has them: ATen's bfloat16 CPU convolution spreads a NaN to outputs whose window
     # holds none (found by hypothesis: a NaN at input[0, 0, 1] gave NaN at output [0, 0, 0] too).
-    assert_rounded_once(output, exact, (taps + 3) * U32 * magnitude, pattern=exact if dtype == torch.bfloat16 else expected)
+    assert_rounded_once(output, exact, bound, pattern=exact if dtype == torch.bfloat16 else expected)
 
 
 @pytest.mark.parametrize("bias", [None, torch.arange(4.0)])
@@ -108,6 +122,9 @@ def test_convolution_of_zero_input_channels_has_zero_channels_as_in_aten(bias):
     ("padding_negative", ("padding must be non-negative",)),
     ("too_small", ("smaller than the dilated kernel size",)),
     ("weight_rank", ("weight must be 3-D, 4-D or 5-D",)),
+    ("three_d", ("conv2d expects 3D or 4D input, got 5",)),
+    ("empty_batch", ("Invalid output dimensions N=0, C_out=4, H_out=3, W_out=3",)),
+    ("bias_axis", ("bias of 4 elements does not broadcast against the result's last dimension of 3",)),
     ("input_rank", ("input must be 3-D or 4-D",)),
     ("empty_spatial", ("empty in a non-batch dimension",)),
     ("overlapping", ("input float32[1, 4, 5, 5] strides [20, 5, 0, 1] spans fewer elements than op_convolution.mm "
@@ -140,6 +157,13 @@ def test_convolution_errors_name_the_argument(case, words):
         input_ = torch.ones(1, 4, 2, 5)
     elif case == "weight_rank":
         weight = torch.ones(4, 4)
+    elif case == "three_d":
+        input_, weight = torch.ones(1, 4, 5, 5, 5), torch.ones(4, 4, 3, 3, 3)
+        stride, padding, dilation = [1, 1, 1], [0, 0, 0], [1, 1, 1]
+    elif case == "empty_batch":
+        input_ = torch.ones(0, 4, 5, 5)
+    elif case == "bias_axis":
+        bias = torch.ones(4)
     elif case == "input_rank":
         input_ = torch.ones(4, 5)
     elif case == "empty_spatial":
@@ -188,16 +212,52 @@ def bshd(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.transpose(1, 2).contiguous().transpose(1, 2)
 
 
+def upstream_mask(mask: torch.Tensor, batch: int, heads: int, q_length: int, kv_length: int) -> torch.Tensor:
+    """The [B, H, Q, N] mask values op_sdpa.mm reads: its last three dims' strides (0 where a dim has size 1), the
+    batch and heads flattened into one index times the third-last dim's stride."""
+    def stride_of(from_end):
+        return mask.stride(-from_end) if mask.dim() >= from_end and mask.shape[-from_end] > 1 else 0
+    read = mask.as_strided((batch * heads, q_length, kv_length), (stride_of(3), stride_of(2), stride_of(1)),
+                           mask.storage_offset())
+    return read.reshape(batch, heads, q_length, kv_length)
+
+
+def upstream_attention(query, key, value, mask, *, is_causal, scale):
+    """What op_sdpa.mm's kernel computes, in float64: a key is used only where its mask value is > -1e9 and, with
+    is_causal, where j <= N - Q + i as unsigned 32-bit; a query without a used key is NaN; GQA by h // (Hq / Hkv)."""
+    batch, heads, q_length, head_dim = query.shape
+    kv_length = key.shape[2]
+    heads_of = torch.arange(heads) // (heads // key.shape[1])
+    k, v = key.double().expand(batch, -1, -1, -1)[:, heads_of], value.double().expand(batch, -1, -1, -1)[:, heads_of]
+    factor = scale if scale is not None else 1 / math.sqrt(head_dim)
+    scores = factor * query.double() @ k.mT
+    used = torch.ones(batch, heads, q_length, kv_length, dtype=torch.bool)
+    read_mask = None
+    if mask is not None:
+        read_mask = upstream_mask(mask, batch, heads, q_length, kv_length).double()
+        used &= read_mask > -1e9
+        scores = scores + read_mask
+    if is_causal:
+        ends = torch.tensor([(kv_length - q_length + i) % 2 ** 32 for i in range(q_length)], dtype=torch.int64)
+        used &= torch.arange(kv_length).view(1, -1) <= ends.view(-1, 1)
+    weights = scores.masked_fill(~used, -math.inf).softmax(-1).masked_fill(~used, 0.0)
+    unused_row = ~used.any(-1, keepdim=True)
+    out = (weights @ v).masked_fill(unused_row, math.nan)  # no key at all (an empty N included)
+    return out, weights.masked_fill(unused_row, math.nan), read_mask
+
+
 @FEW_EXAMPLES
 @given(data=st.data(), dtype=st.sampled_from(METAL_DTYPES), batch=st.integers(1, 2), heads=st.sampled_from((1, 2, 4)),
        q_length=st.integers(0, 4), kv_length=st.integers(0, 5), head_dim=st.sampled_from((64, 96)), seed=SEEDS,
        v2=st.booleans(), mask_kind=st.sampled_from(["none", "causal", "full", "rows", "per_batch", "per_head"]))
-def test_sdpa_matches_aten_math(data, dtype, batch, heads, q_length, kv_length, head_dim, seed, v2, mask_kind):
-    kv_heads = data.draw(st.sampled_from([h for h in (1, 2, 4) if heads % h == 0 and (v2 or h in (1, heads))]))
-    kv_batch = data.draw(st.sampled_from((1, batch)))
+def test_sdpa_computes_what_op_sdpa_mm_computes(data, dtype, batch, heads, q_length, kv_length, head_dim, seed, v2,
+                                                mask_kind):
+    kv_heads = data.draw(st.sampled_from([h for h in (1, 2, 4) if heads % h == 0]))
+    key = random((batch, kv_heads, kv_length, head_dim), dtype, seed + 1)
+    value = random((batch, kv_heads, kv_length, head_dim), dtype, seed + 2)
+    if data.draw(st.booleans()):  # one batch of keys shared by every query batch, as an expanded (stride 0) view
+        key, value = key[:1].expand_as(key), value[:1].expand_as(value)
     query = random((batch, heads, q_length, head_dim), dtype, seed)
-    key = random((kv_batch, kv_heads, kv_length, head_dim), dtype, seed + 1)
-    value = random((kv_batch, kv_heads, kv_length, head_dim), dtype, seed + 2)
     mask = None
     mask_shape = {"full": (batch, heads, q_length, kv_length), "rows": (q_length, kv_length),
                   "per_batch": (batch, 1, q_length, kv_length), "per_head": (heads, 1, kv_length)}.get(mask_kind)
@@ -211,15 +271,17 @@ def test_sdpa_matches_aten_math(data, dtype, batch, heads, q_length, kv_length, 
     k_in = data.draw(st.sampled_from([key, bshd(key), every_other_position(key)]))
     status, out_handle, weights_handle = sdpa_call(q_in, k_in, bshd(value), mask, is_causal=is_causal, scale=scale,
                                                    enable_gqa=(kv_heads != heads) if v2 else None)
+    if mask_kind == "per_head" and batch > 1 and heads > 1 and q_length * kv_length > 0:
+        # [H, 1, N] addressed by batch * heads + head: batch 1 would be read past the mask's end
+        assert_fails(status, "attn_mask", "would be read past its end", "batch and heads flattened")
+        return
     assert status == AOTI_TORCH_SUCCESS, last_error()
     out, weights = steal(out_handle), steal(weights_handle)
     assert out.shape == (batch, heads, q_length, head_dim) and weights.shape == (batch, heads, q_length, kv_length)
     assert out.dtype == weights.dtype == dtype and out.is_contiguous() and weights.is_contiguous()
-    exact_out, exact_weights = torch.ops.aten._scaled_dot_product_attention_math(
-        query.double(), key.double(), value.double(), None if mask is None else mask.double(), 0.0, is_causal, None,
-        scale=scale, enable_gqa=kv_heads != heads)
-    weights_bound, out_bound = sdpa_error_bounds(query, key, value, mask, exact_weights, scale)
-    assert_rounded_once(weights, exact_weights, weights_bound, what="attn_weight")
+    assert weights.isnan().all()  # allocated, never written: the poison shows any read
+    exact_out, exact_weights, read_mask = upstream_attention(query, key, value, mask, is_causal=is_causal, scale=scale)
+    _, out_bound = sdpa_error_bounds(query, key, value, read_mask, exact_weights.nan_to_num(0.0), scale)
     assert_rounded_once(out, exact_out, out_bound, what="output")
 
 
@@ -240,33 +302,55 @@ def sdpa_error_bounds(query, key, value, mask, exact_weights, scale):
     return exact_weights * relative, (exact_weights @ v.abs()) * (relative + (kv_length + 2) * U32)
 
 
-def test_sdpa_nan_and_inf_propagate_as_in_aten():
-    query = random((1, 1, 3, 64), torch.float32, 7)
+def test_sdpa_skips_masked_keys_and_gives_nan_where_no_key_is_left_as_op_sdpa_mm_does():
+    query = random((1, 1, 4, 64), torch.float32, 7)
     key = random((1, 1, 4, 64), torch.float32, 8)
     value = random((1, 1, 4, 64), torch.float32, 9)
-    key[0, 0, 3, 5] = math.nan     # reaches every row, including those that mask key 3 out
-    value[0, 0, 1, 2] = math.inf   # times a zero weight is NaN, as in ATen's matmul
-    mask = torch.zeros(3, 4)
+    key[0, 0, 3, 5] = math.nan     # masked out in every row: never reaches one (ATen's rows would all be NaN)
+    mask = torch.zeros(4, 4)
+    mask[:, 3] = -math.inf
     mask[2] = -math.inf            # a fully masked row
+    mask[3] = -1e9                 # masked at -1e9, finite: a softmax in ATen, no key at all upstream
     status, out_handle, weights_handle = sdpa_call(query, key, value, mask)
     assert status == AOTI_TORCH_SUCCESS, last_error()
-    out, weights = steal(out_handle), steal(weights_handle)
-    expected_out, expected_weights = torch.ops.aten._scaled_dot_product_attention_math(query, key, value, mask)
-    assert torch.equal(out.isnan(), expected_out.isnan()) and torch.equal(weights.isnan(), expected_weights.isnan())
+    out = steal(out_handle)
+    steal(weights_handle)
+    assert out[0, 0, 2:].isnan().all()
+    expected, _ = torch.ops.aten._scaled_dot_product_attention_math(query[:, :, :2], key[:, :, :3], value[:, :, :3])
+    torch.testing.assert_close(out[:, :, :2], expected, rtol=1e-5, atol=1e-5)
 
 
-def test_sdpa_causal_is_top_left_aligned_as_aten():
+def test_sdpa_causal_is_bottom_right_aligned_as_op_sdpa_mm():
     query = random((1, 2, 3, 64), torch.float32, 1)
     key = random((1, 2, 5, 64), torch.float32, 2)
     value = random((1, 2, 5, 64), torch.float32, 3)
     status, out_handle, weights_handle = sdpa_call(query, key, value, None, is_causal=True)
     assert status == AOTI_TORCH_SUCCESS, last_error()
-    out, weights = steal(out_handle), steal(weights_handle)
-    expected_out, expected_weights = torch.ops.aten._scaled_dot_product_attention_math(query, key, value, is_causal=True)
-    torch.testing.assert_close(weights, expected_weights, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(out, expected_out, rtol=1e-5, atol=1e-5)
-    future = torch.arange(5).view(1, 5) > torch.arange(3).view(3, 1)  # query i sees keys 0..i (top-left)
-    assert (weights[:, :, future] == 0).all() and (weights[:, :, ~future] > 0).all()
+    out = steal(out_handle)
+    steal(weights_handle)
+    future = torch.arange(5).view(1, 5) > torch.arange(3).view(3, 1) + 2  # query i sees keys 0..i + 5 - 3
+    mask = torch.zeros(3, 5).masked_fill(future, -math.inf)
+    expected, _ = torch.ops.aten._scaled_dot_product_attention_math(query, key, value, mask)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    top_left, _ = torch.ops.aten._scaled_dot_product_attention_math(query, key, value, is_causal=True)
+    assert not torch.allclose(out, top_left, atol=1e-3)
+
+
+def test_sdpa_flattens_a_per_batch_mask_as_op_sdpa_mm_does():
+    """[B, 1, Q, N]: op_sdpa.mm's head stride is 0 for the size-1 heads dim, so every batch reads batch 0's mask."""
+    query, key, value = (random((2, 2, 3, 64), torch.float32, s) for s in (1, 2, 3))
+    mask = torch.zeros(2, 1, 3, 4)
+    key, value = key[:, :, :1].expand(2, 2, 4, 64).contiguous() + random((2, 2, 4, 64), torch.float32, 4), \
+        random((2, 2, 4, 64), torch.float32, 5)
+    mask[1, :, :, 0] = -math.inf  # batch 1 hides key 0; upstream never reads it
+    status, out_handle, weights_handle = sdpa_call(query, key, value, mask)
+    assert status == AOTI_TORCH_SUCCESS, last_error()
+    out = steal(out_handle)
+    steal(weights_handle)
+    as_batch_0, _ = torch.ops.aten._scaled_dot_product_attention_math(query, key, value, mask[:1].expand_as(mask))
+    torch.testing.assert_close(out, as_batch_0, rtol=1e-5, atol=1e-5)
+    per_batch, _ = torch.ops.aten._scaled_dot_product_attention_math(query, key, value, mask)
+    assert not torch.allclose(out, per_batch, atol=1e-3)
 
 
 @pytest.mark.parametrize("case, words", [
@@ -279,8 +363,8 @@ def test_sdpa_causal_is_top_left_aligned_as_aten():
     ("bool_mask", ("attn_mask has dtype bool",)),
     ("mask_shape", ("attn_mask of shape [3, 4] does not broadcast",)),
     ("mask_and_causal", ("attn_mask must not be given with is_causal",)),
-    ("gqa_v1", ("key has 2 heads but query has 4", "enable_gqa")),
     ("gqa_multiple", ("not a multiple of key's 3",)),
+    ("kv_batch", ("key float32[1, 4, 5, 64]", "has batch 1 under query's batch 2", "past its end")),
     ("rank", ("query must be 4-D",)),
     ("last_stride", ("key must have a unit stride along head_dim",)),
 ])
@@ -305,8 +389,8 @@ def test_sdpa_errors_name_the_argument(case, words):
         mask = torch.ones(3, 4)
     elif case == "mask_and_causal":
         mask, kwargs["is_causal"] = torch.zeros(3, 5), True
-    elif case == "gqa_v1":
-        key, value = key[:, :2], value[:, :2]
+    elif case == "kv_batch":
+        query = torch.ones(2, 4, 3, 64)
     elif case == "gqa_multiple":
         key, value, kwargs["enable_gqa"] = torch.ones(1, 3, 5, 64), torch.ones(1, 3, 5, 64), True
     elif case == "rank":

@@ -26,12 +26,6 @@ namespace {
 constexpr const char* kSymbol = "aoti_torch_mps_addmm_out";
 constexpr const char* kFile = "op_addmm.mm";
 
-float rounded(const Arg& like, float value) {
-  unsigned char storage[4] = {};
-  store_float(storage, like.view.dtype, 0, value);
-  return load_float(storage, like.view.dtype, 0);
-}
-
 Status addmm_out(AtenTensorHandle out_handle, AtenTensorHandle self_handle, AtenTensorHandle mat1_handle,
                  AtenTensorHandle mat2_handle, double beta, double alpha) {
   if (out_handle == nullptr || self_handle == nullptr || mat1_handle == nullptr || mat2_handle == nullptr) {
@@ -70,25 +64,11 @@ Status addmm_out(AtenTensorHandle out_handle, AtenTensorHandle self_handle, Aten
 
   Arg dense_mat1, dense_mat2, dense_self;
   SHIMKIT_RETURN_IF_ERROR(read_as_upstream(kSymbol, kFile, "", mat1, {k, 1}, "a dense [M, K] buffer", &dense_mat1));
-  const bool transposed = mat2.stride(0) == 1 && mat2.stride(1) != 1;
-  SHIMKIT_RETURN_IF_ERROR(read_as_upstream(kSymbol, kFile, "", mat2,
-                                           transposed ? std::vector<int64_t>{1, k} : std::vector<int64_t>{n, 1},
-                                           transposed ? "a dense [N, K] buffer, transposed" : "a dense [K, N] buffer",
-                                           &dense_mat2));
+  SHIMKIT_RETURN_IF_ERROR(read_mat2_as_upstream(kSymbol, kFile, mat2, k, n, &dense_mat2));
   SHIMKIT_RETURN_IF_ERROR(read_as_upstream(kSymbol, kFile, "", self, contiguous_strides(self.view.sizes),
                                            "a dense buffer", &dense_self));
-  // out is written as dense [M, N] whatever its sizes.
-  Arg written = out;
-  written.view.sizes = {m, n};
-  written.view.strides = {n, 1};
-  if (out.numel() < m * n || (out.numel() > 0 && dense_span(out) < m * n)) {
-    return invalid("out " + out.describe() + " holds fewer than the " + std::to_string(m * n) +
-                   " elements op_addmm.mm writes into it densely: it would be written past its end");
-  }
-  if (out.view.sizes != written.view.sizes || !out.contiguous()) {
-    note_divergence(kSymbol, "writes its [M, N] result into out as a dense buffer: op_addmm.mm never reads out's "
-                             "sizes or strides", out.layout());
-  }
+  Arg written;
+  SHIMKIT_RETURN_IF_ERROR(write_out_as_upstream(kSymbol, kFile, out, m, n, &written));
   if (beta == 0.0) {
     note_divergence(kSymbol, "multiplies self by beta=0 where ATen ignores it, so NaN and infinities in self reach "
                              "the result", self.layout());

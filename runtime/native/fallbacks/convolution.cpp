@@ -1,23 +1,24 @@
 // Stands in for the Metal runtime's op_convolution.mm (pytorch/executorch cff6f4d, unchanged since 29625e8e and
 // the same in v1.4.1): aoti_torch_mps_convolution, a cross-correlation with stride, zero padding, dilation and
 // groups, plus an optional bias, for 1-D and 2-D inputs, batched or not, returned as a new contiguous tensor.
-// Accumulates in float32 and rounds once, as ATen's CPU kernels do for bfloat16 (assumed of MPSGraph's
-// convolution, whose accumulator Apple does not document).
+// Accumulates in float32 (assumed of MPSGraph's convolution, whose accumulator Apple does not document) and rounds
+// the convolution to the dtype; a bias is a second graph operation (additionWithPrimaryTensor, :335-348) that
+// rounds again, as the addmm stand-in assumes of each MPSGraph operation.
 //
-// What upstream computes, where it is not what ATen computes:
-// - input and weight are read through sizes() alone (op_convolution.mm:87-138) and handed to MPSGraph as NCHW
-//   and OIHW buffers (:223-224, :288-289, :378-383): a channels-last (or any non-contiguous) operand is read as
-//   if it were contiguous, pytorch/executorch#22951. Reproduced, and noted as a divergence so the verdict says so
-//   even where the numbers happen to agree.
-// Rejected like upstream: dtypes other than float32 and bfloat16, and `transposed`: upstream computes the
-// transposed output shape but runs MPSGraph's forward convolution on it (:152-158, :298-324), so no transposed
-// convolution comes out right there. Rejected like ATen: mismatched channels or groups, parameters of the wrong
-// length or sign, a kernel larger than the padded input, empty non-batch dimensions. An input without channels
-// gives a result without channels, as ATen's.
-// Not yet reproduced (docs/metal.md, "The stand-in and upstream"): upstream has no 3-D path (it takes a 5-D weight
-// for a 2-D one and fails on the input's rank, :130), refuses an empty batch (:176-180) and adds the bias along
-// the last dimension of the NCHW result (:340-348); here those follow ATen. Inductor never hands this shim a bias
-// on mps (its lowering peels the bias off into an add for every device but the CPU).
+// What upstream computes, where it is not what ATen computes (each noted as a divergence):
+// - input and weight are read through sizes() alone (op_convolution.mm:87-138) and handed to MPSGraph as NCHW and
+//   OIHW buffers (:223-224, :288-289, :378-383): a channels-last (or any non-contiguous) operand is read as if it
+//   were contiguous, pytorch/executorch#22951;
+// - the [C_out] bias is added to the [N, C_out, H, W] result by MPSGraph's broadcasting addition, which aligns it
+//   with the last dimension (:335-348): right where C_out is 1, bias[w] added at column w where W_out == C_out (a
+//   divergence), refused otherwise as MPSGraph refuses the shapes. Inductor never hands this shim a bias on mps (its
+//   lowering peels the bias off into an add for every device but the CPU).
+// Refused like upstream, with its messages: dtypes other than float32 and bfloat16; a 5-D weight, which upstream
+// takes for a 2-D one and then fails on the input's rank (no 3-D path, :87-130); an empty batch or any other
+// non-positive output dimension (:176-180); `transposed`: upstream computes the transposed output shape but runs
+// MPSGraph's forward convolution on it (:152-158, :298-324), so no transposed convolution comes out right there.
+// Refused like ATen: mismatched channels or groups, parameters of the wrong length or sign, a kernel larger than the
+// padded input, empty non-batch dimensions. An input without channels gives a result without channels, as ATen's.
 #include "fallback_common.h"
 
 namespace shimkit {
@@ -82,6 +83,10 @@ Status convolution(AtenTensorHandle input_handle, AtenTensorHandle weight_handle
   if (p.spatial < 1 || p.spatial > 3) {
     return invalid("weight must be 3-D, 4-D or 5-D (a 1-D, 2-D or 3-D convolution), got " + weight.describe());
   }
+  if (p.spatial == 3) {
+    return invalid("conv2d expects 3D or 4D input, got " + std::to_string(input.dim()) +
+                   " (op_convolution.mm has no 3-D path: it takes a 5-D weight for a 2-D one)");
+  }
   const bool batched = input.dim() == p.spatial + 2;
   if (!batched && input.dim() != p.spatial + 1) {
     return invalid("input must be " + std::to_string(p.spatial + 1) + "-D or " + std::to_string(p.spatial + 2) +
@@ -137,6 +142,23 @@ Status convolution(AtenTensorHandle input_handle, AtenTensorHandle weight_handle
     result_sizes.push_back(out_size[d]);
   }
 
+  if (batch <= 0) {
+    return invalid("Invalid output dimensions N=" + std::to_string(batch) + ", C_out=" + std::to_string(out_channels) +
+                   ", H_out=" + std::to_string(out_size[1]) + ", W_out=" + std::to_string(out_size[2]) +
+                   " (op_convolution.mm refuses an empty batch)");
+  }
+  const int64_t out_width = out_size[2];
+  if (has_bias && out_channels != 1) {
+    if (out_width != out_channels) {
+      return invalid("bias of " + std::to_string(out_channels) + " elements does not broadcast against the result's "
+                     "last dimension of " + std::to_string(out_width) + ": op_convolution.mm adds it with MPSGraph's "
+                     "broadcasting addition, which refuses the shapes");
+    }
+    note_divergence(kSymbol, "adds the bias along the last dimension of the NCHW result (op_convolution.mm:335-348), "
+                             "bias[w] at column w, where ATen adds bias[c] to channel c",
+                    bias.layout() + " on a result of width " + std::to_string(out_width));
+  }
+
   Result output;
   SHIMKIT_RETURN_IF_ERROR(allocate(input, result_sizes, input.code, "output", &output));
 
@@ -174,7 +196,9 @@ Status convolution(AtenTensorHandle input_handle, AtenTensorHandle weight_handle
                 }
               }
             }
-            if (has_bias) acc += b[static_cast<std::size_t>(co)];
+            if (has_bias) {  // its own graph operation: the convolution rounds first
+              acc = rounded(input, rounded(input, acc) + b[static_cast<std::size_t>(out_channels == 1 ? 0 : ow)]);
+            }
             y[static_cast<std::size_t>(((n * out_channels + co) * out_size[0] + od) * out_size[1] * out_size[2] +
                                        oh * out_size[2] + ow)] = acc;
           }

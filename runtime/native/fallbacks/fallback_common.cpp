@@ -204,6 +204,29 @@ Status read_as_upstream(const char* symbol, const char* file, const char* issue,
   return Status::ok();
 }
 
+Status read_mat2_as_upstream(const char* symbol, const char* file, const Arg& mat2, int64_t k, int64_t n, Arg* read) {
+  const bool transposed = mat2.stride(0) == 1 && mat2.stride(1) != 1;
+  return read_as_upstream(symbol, file, "", mat2, transposed ? std::vector<int64_t>{1, k} : std::vector<int64_t>{n, 1},
+                          transposed ? "a dense [N, K] buffer, transposed" : "a dense [K, N] buffer", read);
+}
+
+Status write_out_as_upstream(const char* symbol, const char* file, const Arg& out, int64_t m, int64_t n,
+                             Arg* written) {
+  if (out.numel() < m * n || (out.numel() > 0 && dense_span(out) < m * n)) {
+    return invalid("out " + out.describe() + " holds fewer than the " + std::to_string(m * n) + " elements " + file +
+                   " writes into it densely: it would be written past its end");
+  }
+  Arg as_written = out;
+  as_written.view.sizes = {m, n};
+  as_written.view.strides = {n, 1};
+  if (out.view.sizes != as_written.view.sizes || !out.contiguous()) {
+    note_divergence(symbol, std::string("writes its [M, N] result into out as a dense buffer: ") + file +
+                                " never reads out's sizes or strides", out.layout());
+  }
+  *written = std::move(as_written);
+  return Status::ok();
+}
+
 // out[b] = lhs[b] @ rhs[b] for row-major float blocks; every input is read before out is written,
 // so out may alias an input.
 void batched_product(const std::vector<float>& lhs, const std::vector<float>& rhs, int64_t batch, int64_t m,

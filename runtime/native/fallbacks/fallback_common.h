@@ -47,6 +47,13 @@ struct Arg {
   void store(int64_t offset, float value) const { store_float(view.data, view.dtype, offset, value); }
 };
 
+// `value` rounded to `like`'s float dtype, as one MPSGraph operation producing that dtype rounds its result.
+inline float rounded(const Arg& like, float value) {
+  unsigned char storage[4] = {};
+  store_float(storage, like.view.dtype, 0, value);
+  return load_float(storage, like.view.dtype, 0);
+}
+
 // Reads a required handle (null is an error naming `name`).
 Status read_arg(AtenTensorHandle handle, const char* name, Arg* arg);
 // Reads an optional `AtenTensorHandle*` argument: absent when the pointer or the handle is null.
@@ -160,6 +167,13 @@ inline void note_divergence(const char* symbol, const std::string& behaviour, co
 // issue, or ""); an `arg` spanning fewer elements than that read reaches is refused, never read past its end.
 Status read_as_upstream(const char* symbol, const char* file, const char* issue, const Arg& arg,
                         const std::vector<int64_t>& strides, const std::string& assumed, Arg* read);
+
+// The matrix operands of op_mm.mm and op_addmm.mm as those files read them: `mat2` [K, N] as a dense [K, N] buffer, or
+// as a dense [N, K] buffer transposed when its strides are (1, not 1); `out` written as a dense [M, N] buffer from
+// its data pointer whatever its sizes (refused where that write would run past its end). Divergences as above.
+Status read_mat2_as_upstream(const char* symbol, const char* file, const Arg& mat2, int64_t k, int64_t n, Arg* read);
+Status write_out_as_upstream(const char* symbol, const char* file, const Arg& out, int64_t m, int64_t n,
+                             Arg* written);
 
 // Runs `body` behind the C ABI: no exception escapes, a failure is recorded as the last error
 // ("<symbol>: <message>", read with shimkit_metal_fallback_last_error) and returned as nonzero.

@@ -51,22 +51,9 @@ Status mm_out(AtenTensorHandle out_handle, AtenTensorHandle self_handle, AtenTen
   }
   Arg dense_self, dense_mat2;
   SHIMKIT_RETURN_IF_ERROR(read_as_upstream(kMmSymbol, kMmFile, "", self, {k, 1}, "a dense [M, K] buffer", &dense_self));
-  const bool transposed = mat2.stride(0) == 1 && mat2.stride(1) != 1;
-  SHIMKIT_RETURN_IF_ERROR(read_as_upstream(kMmSymbol, kMmFile, "", mat2,
-                                           transposed ? std::vector<int64_t>{1, k} : std::vector<int64_t>{n, 1},
-                                           transposed ? "a dense [N, K] buffer, transposed" : "a dense [K, N] buffer",
-                                           &dense_mat2));
-  Arg written = out;
-  written.view.sizes = {m, n};
-  written.view.strides = {n, 1};
-  if (out.numel() < m * n || (out.numel() > 0 && dense_span(out) < m * n)) {
-    return invalid("out " + out.describe() + " holds fewer than the " + std::to_string(m * n) +
-                   " elements op_mm.mm writes into it densely: it would be written past its end");
-  }
-  if (out.view.sizes != written.view.sizes || !out.contiguous()) {
-    note_divergence(kMmSymbol, "writes its [M, N] result into out as a dense buffer: op_mm.mm never reads out's "
-                               "sizes or strides", out.layout());
-  }
+  SHIMKIT_RETURN_IF_ERROR(read_mat2_as_upstream(kMmSymbol, kMmFile, mat2, k, n, &dense_mat2));
+  Arg written;
+  SHIMKIT_RETURN_IF_ERROR(write_out_as_upstream(kMmSymbol, kMmFile, out, m, n, &written));
   std::vector<float> result;
   batched_product(load_dense(dense_self), load_dense(dense_mat2), 1, m, k, n, &result);
   store_dense(written, result);

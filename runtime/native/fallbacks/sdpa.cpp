@@ -1,25 +1,28 @@
-// Stands in for the Metal runtime's op_sdpa.mm:
-// aoti_torch_mps__scaled_dot_product_attention_math_for_mps and its _v2 (which adds enable_gqa),
-// ATen's math attention softmax(scale * q k^T + mask) v for [batch, heads, seq, head_dim] tensors.
-// Returns (output, attention weights) as two new contiguous tensors of query's dtype; scores,
-// softmax and the weighted sum run in float32 and each result is rounded once.
+// Stands in for the Metal runtime's op_sdpa.mm (pytorch/executorch cff6f4d; line numbers are that file's):
+// aoti_torch_mps__scaled_dot_product_attention_math_for_mps and its _v2 (which adds enable_gqa), attention
+// softmax(scale * q k^T + mask) v for [batch, heads, seq, head_dim] tensors, computed as upstream's sdpa_vector
+// kernel computes it (:31-199): for each query, 32 simdgroups each take every 32nd key and keep a running float32
+// max, sum and output, combined at the end (exp where the kernel has metal::fast::exp, whose error Apple bounds
+// but does not specify); the output is rounded once to query's dtype. Returns (output, attention weights) as two
+// new contiguous tensors of query's dtype.
 //
-// As ATen: is_causal keeps key j for query i when j <= i (top-left aligned); a row whose every key
-// is masked out gets zero weights and a zero output (ATen's safe softmax); a key/value batch or head
-// dim of size 1 broadcasts; with enable_gqa, query head h reads key/value head h / (Hq / Hkv).
-//
-// Rejected like upstream: dropout (dropout_p != 0 or a dropout_mask), dtypes other than float32 and
-// bfloat16, a head_dim other than 64, 96, 128 or 256 (upstream has kernels for those only), a value
-// head_dim different from query's, a head_dim stride other than 1, and a mask not of query's dtype
-// (upstream reads the mask as query's element type, so a bool mask would be misread there). Rejected
-// like ATen: a mask together with is_causal, shapes that do not broadcast.
-//
-// Differences from upstream, which follow ATen here: upstream aligns is_causal bottom-right when
-// query and key lengths differ, skips keys whose mask value is <= -1e9 (a row masked only by such
-// finite values is zero there and a softmax over them in ATen) and so never lets NaN or inf of a
-// masked key reach the row, broadcasts a mask over batch and heads as one flattened dim (wrong for a
-// per-batch mask shared by heads), applies GQA to the v1 symbol too, and never writes the attention
-// weights it returns.
+// What upstream computes, where it is not what ATen computes (each noted as a divergence, so the verdict says so):
+// - a key is used only where its mask value is > -1e9 (NaN included: never) and, with is_causal, only where
+//   j <= N - Q + i in 32-bit unsigned arithmetic (:124-130): causal attention is aligned bottom-right when the query
+//   and key lengths differ (ATen: top-left), and NaN or infinities of a masked key never reach the row;
+// - a query none of whose keys is used gets NaN (the combine's exp(-inf - -inf), :180-191), where ATen gives zeros;
+// - the mask is addressed by its last three dims alone, the batch and heads flattened into one index times the
+//   stride of its third-last dim (:88-103, :586-595): every batch of a per-batch mask [B, 1, Q, N] reads batch 0's;
+// - grouped-query attention (query head h reads key head h / (Hq / Hkv), :532) applies to the v1 symbol too, which
+//   passes enable_gqa=0 and never reads it (:268-280);
+// - the attention weights are allocated and never written (:457-461, :668-691): here they are filled with NaN, so a
+//   program that reads them shows it.
+// Rejected like upstream, with its reasons: dropout (dropout_p != 0 or a dropout_mask), dtypes other than float32
+// and bfloat16, a head_dim other than 64, 96, 128 or 256, a head_dim stride other than 1. Rejected here where
+// upstream would read past a buffer or misread one: a value head_dim different from query's, heads that are not a
+// multiple of key's, a key or value batch of 1 with a real stride under a larger query batch (upstream indexes it
+// by the query's batch), a mask the flattened addressing would read past its end, a mask not of query's dtype (read
+// as query's element type there), shapes that do not broadcast. Rejected like ATen: a mask together with is_causal.
 #include <algorithm>
 #include <cmath>
 
@@ -31,6 +34,8 @@ namespace {
 
 // Offsets of a (possibly broadcast) operand: index 0 along dims of size 1.
 int64_t pick(const Arg& arg, int64_t dim, int64_t index) { return arg.size(dim) == 1 ? 0 : index * arg.stride(dim); }
+
+constexpr const char* kSymbol = "aoti_torch_mps__scaled_dot_product_attention_math_for_mps";
 
 Status check_qkv(const Arg& query, const Arg& key, const Arg& value, bool enable_gqa) {
   for (const Arg* arg : {&query, &key, &value}) {
@@ -72,14 +77,20 @@ Status check_qkv(const Arg& query, const Arg& key, const Arg& value, bool enable
     return invalid("value has " + std::to_string(value.size(1)) + " heads but key has " + std::to_string(key.size(1)));
   }
   const int64_t kv_heads = key.size(1);
-  if (kv_heads != heads && kv_heads != 1) {
-    if (!enable_gqa) {
-      return invalid("key has " + std::to_string(kv_heads) + " heads but query has " + std::to_string(heads) +
-                     "; grouped-query attention needs enable_gqa (the _v2 symbol)");
-    }
-    if (kv_heads == 0 || heads % kv_heads != 0) {
-      return invalid("query's " + std::to_string(heads) + " heads are not a multiple of key's " +
-                     std::to_string(kv_heads) + " (enable_gqa)");
+  if (kv_heads == 0 || heads % kv_heads != 0) {
+    return invalid("query's " + std::to_string(heads) + " heads are not a multiple of key's " +
+                   std::to_string(kv_heads) + " (op_sdpa.mm would read keys past the last head)");
+  }
+  if (kv_heads != heads && kv_heads != 1 && !enable_gqa) {
+    note_divergence(kSymbol, "applies grouped-query attention on the v1 symbol, which has no enable_gqa (op_sdpa.mm:"
+                             "268-280, :532), where ATen refuses query and key heads that differ",
+                    std::to_string(heads) + " query heads, " + std::to_string(kv_heads) + " key heads");
+  }
+  for (const Arg* arg : {&key, &value}) {
+    if (batch > 1 && arg->size(0) == 1 && arg->stride(0) != 0) {
+      return invalid(arg->name + " " + arg->describe() + " has batch 1 under query's batch " + std::to_string(batch) +
+                     ": op_sdpa.mm indexes it by query's batch (its kernel's batch_idx * strides()[0]) and would read "
+                     "it past its end");
     }
   }
   return Status::ok();
@@ -101,9 +112,57 @@ Status check_mask(const Arg& mask, const Arg& query, int64_t kv_length) {
   return Status::ok();
 }
 
-Status sdpa(AtenTensorHandle query_handle, AtenTensorHandle key_handle, AtenTensorHandle value_handle,
-            AtenTensorHandle* attn_mask, double dropout_p, int32_t is_causal, AtenTensorHandle* dropout_mask,
-            double* scale, bool enable_gqa, AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
+// How op_sdpa.mm addresses the mask (:586-595 and the kernel's :100-103): its last three dims only, each stride 0
+// where that dim has size 1, the batch and heads one flattened index times the third-last dim's stride.
+struct MaskAddressing {
+  int64_t head = 0, q_seq = 0, kv_seq = 0;
+
+  explicit MaskAddressing(const Arg& mask) {
+    const int64_t nd = mask.dim();
+    auto stride_of = [&](int64_t from_end) {
+      return nd >= from_end && mask.size(nd - from_end) > 1 ? mask.stride(nd - from_end) : 0;
+    };
+    kv_seq = stride_of(1);
+    q_seq = stride_of(2);
+    head = stride_of(3);
+  }
+  int64_t base(int64_t flat_head, int64_t query) const { return flat_head * head + query * q_seq; }
+};
+
+Status check_mask_addressing(const char* symbol, const Arg& mask, const MaskAddressing& upstream, int64_t batch,
+                             int64_t heads, int64_t q_length, int64_t kv_length) {
+  if (batch * heads * q_length * kv_length == 0) return Status::ok();
+  const int64_t reach = upstream.base(batch * heads - 1, q_length - 1) + (kv_length - 1) * upstream.kv_seq;
+  if (reach >= dense_span(mask)) {
+    return invalid("attn_mask " + mask.describe() + " would be read past its end: op_sdpa.mm addresses it by its last "
+                   "three dims, batch and heads flattened into one index (element " + std::to_string(reach) +
+                   " of " + std::to_string(dense_span(mask)) + ")");
+  }
+  const int64_t nd = mask.dim();
+  for (int64_t b = 1; b < batch; ++b) {  // heads and positions are addressed as ATen does; the batch may not be
+    const int64_t aten = nd == 4 ? pick(mask, 0, b) : 0;
+    if (upstream.base(b * heads, 0) != aten) {
+      note_divergence(symbol, "addresses attn_mask with batch and heads flattened into one index (op_sdpa.mm:88-103, "
+                              ":586-595), so batch b reads another batch's mask where ATen broadcasts per dim",
+                      "attn_mask " + mask.layout() + " under batch " + std::to_string(batch) + ", " +
+                          std::to_string(heads) + " heads");
+      break;
+    }
+  }
+  return Status::ok();
+}
+
+// One simdgroup's running state in the kernel: the max score, the sum of exponentials and the output row.
+struct Partial {
+  float max = -INFINITY;
+  float sum = 0.0f;
+  std::vector<float> out;
+};
+
+Status sdpa(const char* symbol, AtenTensorHandle query_handle, AtenTensorHandle key_handle,
+            AtenTensorHandle value_handle, AtenTensorHandle* attn_mask, double dropout_p, int32_t is_causal,
+            AtenTensorHandle* dropout_mask, double* scale, bool enable_gqa, AtenTensorHandle* ret0,
+            AtenTensorHandle* ret1) {
   if (ret0 == nullptr || ret1 == nullptr) return invalid("ret0 and ret1 must not be null");
   if (dropout_p != 0.0) {
     return unsupported("dropout_p=" + std::to_string(dropout_p) + " is not supported (the Metal runtime has no dropout)");
@@ -120,73 +179,87 @@ Status sdpa(AtenTensorHandle query_handle, AtenTensorHandle key_handle, AtenTens
   SHIMKIT_RETURN_IF_ERROR(check_qkv(query, key, value, enable_gqa));
   const int64_t batch = query.size(0), heads = query.size(1), q_length = query.size(2), head_dim = query.size(3);
   const int64_t kv_length = key.size(2);
+  MaskAddressing addressing(mask);
   if (has_mask) {
     if (is_causal) return invalid("attn_mask must not be given with is_causal (ATen rejects the pair)");
     SHIMKIT_RETURN_IF_ERROR(check_mask(mask, query, kv_length));
+    SHIMKIT_RETURN_IF_ERROR(check_mask_addressing(symbol, mask, addressing, batch, heads, q_length, kv_length));
   }
-  // ATen scales q and k by sqrt(scale) each; in float32 that differs from one multiply by rounding only.
+  if (is_causal && q_length != kv_length && q_length > 0) {
+    note_divergence(symbol, "aligns is_causal bottom-right, query i seeing keys up to i + key length - query length "
+                            "(op_sdpa.mm:126-130), where ATen aligns it top-left",
+                    "query length " + std::to_string(q_length) + ", key length " + std::to_string(kv_length));
+  }
   const float factor = scale != nullptr ? static_cast<float>(*scale)
                                         : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
-  const int64_t group = key.size(1) == heads ? 1 : heads / key.size(1);  // heads per key head (1: broadcast)
+  const int64_t group = heads / key.size(1);  // query heads per key head (the kernel's gqa_factor)
 
   Result output, weights;
   SHIMKIT_RETURN_IF_ERROR(allocate(query, {batch, heads, q_length, head_dim}, query.code, "output", &output));
   SHIMKIT_RETURN_IF_ERROR(allocate(query, {batch, heads, q_length, kv_length}, query.code, "attn_weight", &weights));
+  for (int64_t e = 0; e < weights.arg.numel(); ++e) weights.arg.store(e, NAN);  // never written upstream
 
-  std::vector<float> q(static_cast<std::size_t>(head_dim)), scores(static_cast<std::size_t>(kv_length));
-  std::vector<float> acc(static_cast<std::size_t>(head_dim));
+  constexpr int64_t kSimdgroups = 32;
+  const uint32_t causal_end = static_cast<uint32_t>(kv_length) - static_cast<uint32_t>(q_length);  // wraps as uint
+  std::vector<float> q(static_cast<std::size_t>(head_dim));
+  std::vector<Partial> partials(kSimdgroups);
+  bool noted_empty_row = false;
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
-      const int64_t kv_head = key.size(1) == 1 ? 0 : h / group;
-      const int64_t k_base = pick(key, 0, b) + kv_head * key.stride(1);
-      const int64_t v_base = pick(value, 0, b) + kv_head * value.stride(1);
+      const int64_t kv_head = h / group;
+      const int64_t k_base = b * key.stride(0) + kv_head * key.stride(1);
+      const int64_t v_base = b * value.stride(0) + kv_head * value.stride(1);
       for (int64_t i = 0; i < q_length; ++i) {
         const int64_t q_base = b * query.stride(0) + h * query.stride(1) + i * query.stride(2);
-        for (int64_t d = 0; d < head_dim; ++d) q[static_cast<std::size_t>(d)] = query.load(q_base + d);
-        int64_t mask_base = 0;
-        if (has_mask) {
-          const int64_t index[4] = {b, h, i, 0};
-          for (int64_t d = 0; d < mask.dim() - 1; ++d) mask_base += pick(mask, d, index[4 - mask.dim() + d]);
-        }
-        // Scores, then ATen's safe softmax: NaN anywhere makes the row NaN, all -inf makes it zero.
-        float top = -INFINITY;
-        bool any_nan = false;
-        for (int64_t j = 0; j < kv_length; ++j) {
-          // Every score is computed and masks are added, as ATen does: NaN or +inf in a masked key still
-          // turns the row into NaN there.
-          const int64_t k_row = k_base + j * key.stride(2);
-          float dot = 0.0f;
-          for (int64_t d = 0; d < head_dim; ++d) dot += q[static_cast<std::size_t>(d)] * key.load(k_row + d);
-          float score = dot * factor;
-          if (is_causal && j > i) score += -INFINITY;
-          if (has_mask) score += mask.load(mask_base + (mask.dim() > 0 ? pick(mask, mask.dim() - 1, j) : 0));
-          scores[static_cast<std::size_t>(j)] = score;
-          any_nan = any_nan || std::isnan(score);
-          if (score > top) top = score;
-        }
-        float total = 0.0f;
-        for (int64_t j = 0; j < kv_length; ++j) {
-          float& s = scores[static_cast<std::size_t>(j)];
-          if (any_nan) {
-            s = NAN;
-          } else if (top == -INFINITY) {
-            s = 0.0f;  // the whole row is masked out
-          } else {
-            s = std::exp(s - top);
+        for (int64_t d = 0; d < head_dim; ++d) q[static_cast<std::size_t>(d)] = factor * query.load(q_base + d);
+        const int64_t mask_base = addressing.base(b * heads + h, i);
+        bool any_valid = false;
+        for (int64_t g = 0; g < kSimdgroups; ++g) {
+          Partial& partial = partials[static_cast<std::size_t>(g)];
+          partial.max = -INFINITY;
+          partial.sum = 0.0f;
+          partial.out.assign(static_cast<std::size_t>(head_dim), 0.0f);
+          for (int64_t j = g; j < kv_length; j += kSimdgroups) {
+            const float mask_value = has_mask ? mask.load(mask_base + j * addressing.kv_seq) : 0.0f;
+            bool valid = !has_mask || mask_value > -1e9f;
+            if (is_causal) valid = valid && static_cast<uint32_t>(j) <= causal_end + static_cast<uint32_t>(i);
+            if (!valid) continue;
+            any_valid = true;
+            const int64_t k_row = k_base + j * key.stride(2), v_row = v_base + j * value.stride(2);
+            float score = 0.0f;
+            for (int64_t d = 0; d < head_dim; ++d) score += q[static_cast<std::size_t>(d)] * key.load(k_row + d);
+            score += mask_value;
+            const float new_max = std::fmax(partial.max, score);  // Metal's max returns the other of a NaN
+            const float rescale = std::exp(partial.max - new_max), weight = std::exp(score - new_max);
+            partial.max = new_max;
+            partial.sum = partial.sum * rescale + weight;
+            for (int64_t d = 0; d < head_dim; ++d) {
+              float& o = partial.out[static_cast<std::size_t>(d)];
+              o = o * rescale + weight * value.load(v_row + d);
+            }
           }
-          total += s;
         }
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        const int64_t w_base = ((b * heads + h) * q_length + i) * kv_length;
-        for (int64_t j = 0; j < kv_length; ++j) {
-          float& s = scores[static_cast<std::size_t>(j)];
-          if (total != 0.0f) s /= total;  // 0: the row is masked out and stays zero
-          weights.arg.store(w_base + j, s);
-          const int64_t v_row = v_base + j * value.stride(2);
-          for (int64_t d = 0; d < head_dim; ++d) acc[static_cast<std::size_t>(d)] += s * value.load(v_row + d);
+        if (!any_valid && !noted_empty_row) {
+          note_divergence(symbol, "gives NaN for a query none of whose keys it uses (masked at <= -1e9, or causally; "
+                                  "op_sdpa.mm:124-130, :180-191), where ATen gives zeros or a softmax over the "
+                                  "finite masked scores",
+                          "query " + std::to_string(i) + " of batch " + std::to_string(b) + ", head " +
+                              std::to_string(h));
+          noted_empty_row = true;
         }
+        float top = -INFINITY;
+        for (const Partial& partial : partials) top = std::fmax(top, partial.max);
+        float total = 0.0f;
+        for (const Partial& partial : partials) total += partial.sum * std::exp(partial.max - top);
+        const float safe_total = total == 0.0f ? 1e-6f : total;
         const int64_t o_base = ((b * heads + h) * q_length + i) * head_dim;
-        for (int64_t d = 0; d < head_dim; ++d) output.arg.store(o_base + d, acc[static_cast<std::size_t>(d)]);
+        for (int64_t d = 0; d < head_dim; ++d) {
+          float sum = 0.0f;
+          for (const Partial& partial : partials) {
+            sum += partial.out[static_cast<std::size_t>(d)] * std::exp(partial.max - top);
+          }
+          output.arg.store(o_base + d, sum / safe_total);
+        }
       }
     }
   }
@@ -204,7 +277,8 @@ AOTI_TORCH_EXPORT AOTITorchError aoti_torch_mps__scaled_dot_product_attention_ma
     double dropout_p, int32_t is_causal, AtenTensorHandle* dropout_mask, double* scale, AtenTensorHandle* ret0,
     AtenTensorHandle* ret1) {
   return shimkit::metal_fallbacks::run("aoti_torch_mps__scaled_dot_product_attention_math_for_mps", [&] {
-    return shimkit::metal_fallbacks::sdpa(query, key, value, attn_mask, dropout_p, is_causal, dropout_mask, scale,
+    return shimkit::metal_fallbacks::sdpa("aoti_torch_mps__scaled_dot_product_attention_math_for_mps", query, key,
+                                          value, attn_mask, dropout_p, is_causal, dropout_mask, scale,
                                           /*enable_gqa=*/false, ret0, ret1);
   });
 }
@@ -214,7 +288,8 @@ AOTI_TORCH_EXPORT AOTITorchError aoti_torch_mps__scaled_dot_product_attention_ma
     double dropout_p, int32_t is_causal, AtenTensorHandle* dropout_mask, double* scale, int32_t enable_gqa,
     AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
   return shimkit::metal_fallbacks::run("aoti_torch_mps__scaled_dot_product_attention_math_for_mps_v2", [&] {
-    return shimkit::metal_fallbacks::sdpa(query, key, value, attn_mask, dropout_p, is_causal, dropout_mask, scale,
+    return shimkit::metal_fallbacks::sdpa("aoti_torch_mps__scaled_dot_product_attention_math_for_mps_v2", query, key,
+                                          value, attn_mask, dropout_p, is_causal, dropout_mask, scale,
                                           enable_gqa != 0, ret0, ret1);
   });
 }
