@@ -1,6 +1,7 @@
 """The Linux Metal runtime's CPU fallback kernels for 4-bit weights (linear, gathered experts) and the gated
 delta rule (runtime/native/fallbacks/), called by their C symbols with real AtenTensorHandles, against
-torch and ExecuTorch's references; how the library is built and numbers judged: tests/fallback_helpers.py."""
+torch and ExecuTorch's references applied to what upstream's op_*.mm read (every operand as a dense buffer
+from its data pointer); how the library is built and numbers judged: tests/fallback_helpers.py."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fallback_helpers import (EXAMPLES, FEW_EXAMPLES, H, LAYOUTS, METAL_DTYPES, SEEDS, U32, assert_fails,
-                              assert_rounded_once, call, last_error, library, product_exact, random, steal,
-                              strided)
+                              assert_rounded_once, call, last_error, library, product_exact, random, read_densely,
+                              steal, strided)
 from shimkit.testing.kernels import AOTI_TORCH_SUCCESS, tensor_handles
 
 
@@ -31,11 +32,13 @@ def packed_nibbles(codes: torch.Tensor) -> torch.Tensor:
     return (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8)
 
 
-def dequantized(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int) -> torch.Tensor:
-    """float64 weights scale * code + zero from packed nibbles (the inverse of packed_nibbles)."""
-    codes = torch.stack([packed & 0x0F, packed >> 4], dim=-1).flatten(-2).double()
-    return (codes * scales.double().repeat_interleave(group_size, -1)
-            + zeros.double().repeat_interleave(group_size, -1))
+def dequantized(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int,
+                tile_dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """float64 weights scale * code + zero from packed nibbles (the inverse of packed_nibbles), each operation
+    rounded to ``tile_dtype`` as affine_qmm_t's dequantize does into its tile (exact by default)."""
+    codes = torch.stack([packed & 0x0F, packed >> 4], dim=-1).flatten(-2).to(tile_dtype)
+    return (codes * scales.to(tile_dtype).repeat_interleave(group_size, -1)
+            + zeros.to(tile_dtype).repeat_interleave(group_size, -1)).double()
 
 
 def test_the_nibble_order_is_executorchs():
@@ -57,7 +60,7 @@ def linear_4bit_call(a, b, group_size, s, z):
 
 
 @EXAMPLES
-@given(dtype=st.sampled_from(METAL_DTYPES), m=st.integers(0, 3), quads=st.integers(1, 3),
+@given(dtype=st.sampled_from(METAL_DTYPES), m=st.integers(1, 3), quads=st.integers(1, 3),
        group_size=st.sampled_from((32, 64, 128, 256)), groups=st.integers(1, 2), seed=SEEDS, specials=st.booleans())
 def test_linear_4bit_matches_its_dequantized_product(dtype, m, quads, group_size, groups, seed, specials):
     n, k = 4 * quads - (1 if m == 1 and quads > 1 else 0), group_size * groups  # N % 4 == 0 unless M == 1
@@ -72,22 +75,25 @@ def test_linear_4bit_matches_its_dequantized_product(dtype, m, quads, group_size
     assert status == AOTI_TORCH_SUCCESS, last_error()
     output = steal(result)
     assert output.shape == (m, n) and output.dtype == dtype and output.is_contiguous()
-    weight = dequantized(packed_nibbles(codes), s, z, group_size)
+    # M > 1 runs affine_qmm_t, whose tiles hold the dequantized weights in A's dtype (op_linear_4bit.mm:995-1003)
+    weight = dequantized(packed_nibbles(codes), s, z, group_size, dtype if m > 1 else torch.float64)
     exact, magnitude = product_exact(a, weight.t())
     assert_rounded_once(output, exact, (k + 4) * U32 * magnitude)
 
 
 @pytest.mark.parametrize("case, words", [
-    ("group_size", ("group_size 48 is not one of 32, 64, 128, 256",)),
-    ("b_dtype", ("B has dtype int8", "uint8")),
-    ("b_columns", ("B must have K / 2 = 32 columns",)),
-    ("k8", ("K = 68 is not a multiple of 8",)),
-    ("n4", ("N = 6 (B's rows) must be a multiple of 4 when M = 2",)),
+    ("group_size", ("Invalid group_size 48 (must be 32, 64, 128, or 256)",)),
+    ("b_dtype", ("expect B to be uint8 tensor, got dtype int8",)),
+    ("b_columns", ("expect B.size(1) == 32, got 16",)),
+    ("k8", ("expect K to be multiple of 8, got 68",)),
+    ("n4", ("expect N to be multiple of 4 when M != 1, got M=2, N=6",)),
     ("k_group", ("K = 96 is not a multiple of group_size 64",)),
-    ("a_dtype", ("A has dtype float16",)),
-    ("a_contiguous", ("A must be contiguous",)),
-    ("s_dtype", ("S is float32", "A is bfloat16")),
+    ("a_dtype", ("expect A to be 32-bit or 16-bit float tensor, got dtype float16",)),
+    ("a_contiguous", ("expect A to be contiguous, strides=[1, 2]",)),
+    ("a_one_row", ("expect A to be contiguous, strides=[128, 1]",)),  # contiguous to ATen, not to op_linear_4bit.mm
+    ("s_dtype", ("expect S dtype to match A dtype bfloat16, got float32",)),
     ("z_shape", ("Z must be [N, K / group_size] = [8, 2]",)),
+    ("no_rows", ("No suitable kernel found for M=0, N=8, K=64",)),
 ])
 def test_linear_4bit_refuses_what_upstream_refuses(case, words):
     a, b = torch.ones(2, 64), torch.zeros(8, 32, dtype=torch.uint8)
@@ -99,7 +105,7 @@ def test_linear_4bit_refuses_what_upstream_refuses(case, words):
     elif case == "b_columns":
         b = torch.zeros(8, 16, dtype=torch.uint8)
     elif case == "k8":
-        a, b = torch.ones(2, 68), torch.zeros(8, 34, dtype=torch.uint8)
+        a, b = torch.ones(2, 68), torch.zeros(8, 32, dtype=torch.uint8)
     elif case == "n4":
         b, s, z = b[:6], s[:6], z[:6]
     elif case == "k_group":
@@ -108,6 +114,10 @@ def test_linear_4bit_refuses_what_upstream_refuses(case, words):
         a = a.half()
     elif case == "a_contiguous":
         a = torch.ones(64, 2).t()
+    elif case == "a_one_row":
+        a = torch.ones(1, 128)[:, :64]
+    elif case == "no_rows":
+        a = torch.ones(0, 64)
     elif case == "s_dtype":
         a, z = a.bfloat16(), z.bfloat16()
     elif case == "z_shape":
@@ -137,29 +147,34 @@ def test_gather_qmv_matches_executorchs_reference(dtype, pairs, experts, n, grou
     biases = random((experts, n, groups), dtype, seed + 1, scale=0.5)
     indices = torch.randint(0, experts, (pairs,), generator=generator, dtype=torch.int32)
     x = random((pairs, k), dtype, seed + 2)
-    status, result = gather_qmv_call(strided(x, layout), strided(w, layout), strided(scales, layout), biases,
-                                     strided(indices, "sliced"), group_size)
+    x, w, scales = strided(x, layout), strided(w, layout), strided(scales, layout)
+    status, result = gather_qmv_call(x, w, scales, biases, indices, group_size)
     assert status == AOTI_TORCH_SUCCESS, last_error()
     output = steal(result)
     assert output.shape == (pairs, n) and output.dtype == dtype and output.is_contiguous()
+    x, w, scales = read_densely(x), read_densely(w), read_densely(scales)  # what op_gather_qmv.mm reads
     weights = dequantized(w, scales, biases, group_size)[indices.long()]  # [P, N, K]
     exact = (weights * x.double().unsqueeze(1)).sum(-1)
     magnitude = (weights.abs() * x.double().abs().unsqueeze(1)).sum(-1)
     assert_rounded_once(output, exact, (k + 4) * U32 * magnitude)
     if dtype == torch.float32 and pairs:  # ExecuTorch's own reference, which rounds the weights to the scales' dtype first
-        torch.testing.assert_close(output, reference(x, w, scales, biases, indices, group_size), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(output, reference(x, w, scales, biases, indices, group_size), rtol=1e-5, atol=1e-5,
+                                   equal_nan=True)
 
 
 @pytest.mark.parametrize("case, words", [
-    ("group_size", ("group_size 256 is not one of 32, 64, 128",)),
+    ("group_size", ("Invalid group_size 256 (must be 32, 64, or 128)",)),
     ("int64_indices", ("expert_indices has dtype int64", "int32")),
     ("index_range", ("expert_indices[1] = 3 is not an expert index in [0, 3)",)),
-    ("index_count", ("expert_indices has 1 entries but x has P = 2",)),
-    ("scales_dtype", ("scales is bfloat16",)),
+    # read densely, as upstream reads them: the filler between the elements is an index out of range
+    ("sliced_indices", ("expert_indices[1] = 2147483647 is not an expert index in [0, 3)",)),
+    ("index_count", ("expert_indices size 1 != P=2",)),
+    ("scales_dtype", ("scales is bfloat16 but x is float32", "reinterpret")),
     ("biases_shape", ("biases must be [E, N, K / group_size] = [3, 4, 2]",)),
-    ("w_bytes", ("w must have K / 2 = 32 bytes per row",)),
-    ("x_dtype", ("x has dtype float16",)),
-    ("w_rank", ("w must be 3-D",)),
+    ("w_bytes", ("K_packed=16 != K/2=32",)),
+    ("x_dtype", ("Unsupported dtype float16 of x",)),
+    ("w_rank", ("w must be 3D [E, N, K_packed], got 2",)),
+    ("short_scales", ("scales", "spans fewer elements than op_gather_qmv.mm reads", "past its end")),
 ])
 def test_gather_qmv_refuses_what_it_cannot_compute(case, words):
     x, w = torch.ones(2, 64), torch.zeros(3, 4, 32, dtype=torch.uint8)
@@ -170,8 +185,12 @@ def test_gather_qmv_refuses_what_it_cannot_compute(case, words):
         indices = indices.long()
     elif case == "index_range":
         indices = torch.tensor([0, 3], dtype=torch.int32)
+    elif case == "sliced_indices":
+        indices = strided(indices, "sliced")
     elif case == "index_count":
         indices = indices[:1]
+    elif case == "short_scales":  # the expert stride 0: ATen broadcasts one expert's scales, the dense read overruns
+        scales = torch.ones(1, 4, 2).expand(3, 4, 2)
     elif case == "scales_dtype":
         scales = scales.bfloat16()
     elif case == "biases_shape":
@@ -212,20 +231,23 @@ def check_gated_delta(q, k, v, g, beta, state, layout="contiguous"):
     from executorch.backends.apple.metal.ops.gated_delta_rule import gated_delta_rule as reference
 
     dtype = q.dtype
-    expected_state = state.clone()
-    if q.shape[1]:
-        expected = reference(q, k, v, g, beta, expected_state)  # ExecuTorch's own recurrence (float32, state mutated)
+    q, k, v, state_in = (strided(t, layout) for t in (q, k, v, state))
+    # what op_gated_delta_rule.mm reads: each operand as a dense buffer from its data pointer
+    q_read, k_read, v_read = read_densely(q), read_densely(k), read_densely(v)
+    expected_state = read_densely(state_in).clone()
+    if q.shape[1]:  # ExecuTorch's own recurrence (float32, state mutated)
+        expected = reference(q_read, k_read, v_read, g, beta, expected_state)
     else:  # which cannot stack no steps
         expected = torch.empty_like(v)
-    state_in = strided(state, layout)
-    status, result = gated_delta_call(strided(q, layout), strided(k, layout), strided(v, layout), g, beta, state_in)
+    status, result = gated_delta_call(q, k, v, g, beta, state_in)
     assert status == AOTI_TORCH_SUCCESS, last_error()
     y = steal(result)
     assert y.shape == v.shape and y.dtype == dtype and y.is_contiguous()
     # Both run the recurrence in float32 and round once; the orders of their sums differ.
     tolerance = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 2 ** -7, "atol": 1e-4}
-    torch.testing.assert_close(y, expected, **tolerance)
-    torch.testing.assert_close(state_in, expected_state, **tolerance)
+    torch.testing.assert_close(y, expected, equal_nan=True, **tolerance)
+    # the state written back densely, whatever its strides
+    torch.testing.assert_close(read_densely(state_in), expected_state, equal_nan=True, **tolerance)
 
 
 @FEW_EXAMPLES
@@ -240,15 +262,15 @@ def test_gated_delta_rule_at_the_qwen_shape():
 
 
 @pytest.mark.parametrize("case, words", [
-    ("dk", ("q's Dk = 48 is not a multiple of 32",)),
-    ("no_kernel", ("(Dk, Dv, Hk, Hv) = (32, 64, 4, 4) has no Metal kernel",)),
-    ("gqa_no_kernel", ("(64, 64, 2, 4) has no Metal kernel",)),
-    ("float16", ("q has dtype float16",)),
-    ("state_dtype", ("state is bfloat16",)),
+    ("dk", ("Dk=48 must be multiple of 32",)),
+    ("no_kernel", ("Kernel not found: gated_delta_step_float_dk32_dv64_hk4_hv4",)),
+    ("gqa_no_kernel", ("Kernel not found: gated_delta_step_float_dk64_dv64_hk2_hv4",)),
+    ("float16", ("Unsupported dtype float16 of q",)),
+    ("state_dtype", ("state is bfloat16 but q is float32", "reinterpret")),
     ("g_shape", ("g must be [B, T, Hv] = [1, 2, 4]",)),
     ("state_shape", ("state must be [B, Hv, Dv, Dk] = [1, 4, 64, 64]",)),
     ("k_shape", ("k must be [B, T, Hk, Dk] like q",)),
-    ("rank", ("v must be 4-D",)),
+    ("rank", ("q/v must be 4D, state must be 4D",)),
 ])
 def test_gated_delta_rule_refuses_what_upstream_refuses(case, words):
     q, k, v, g, beta, state = gated_delta_inputs(1, 2, 4, 64, 4, 64, torch.float32, 0)

@@ -126,6 +126,13 @@ Status require_same_dtype(const Arg& arg, const Arg& reference) {
                  " is " + dtype_text(reference.code));
 }
 
+Status require_bound_as(const Arg& arg, const Arg& reference, const char* file) {
+  if (arg.code == reference.code) return Status::ok();
+  return invalid(arg.name + " is " + dtype_text(arg.code) + " but " + reference.name + " is " +
+                 dtype_text(reference.code) + ": " + file + " binds every operand as " + reference.name +
+                 "'s dtype and would reinterpret its bits");
+}
+
 Status require_rank(const Arg& arg, int64_t rank, const char* what) {
   if (arg.dim() == rank) return Status::ok();
   return invalid(arg.name + " must be " + std::to_string(rank) + "-D " + what + ", got " +

@@ -74,6 +74,9 @@ Status require_dtype(const Arg& arg, std::initializer_list<int32_t> accepted, co
 // The float32/bfloat16 pair every upstream Metal op here is limited to.
 Status require_metal_float(const Arg& arg);
 Status require_same_dtype(const Arg& arg, const Arg& reference);
+// Where an upstream op binds `arg` as `reference`'s element type (`file` does so for every operand), another dtype
+// would have its bits reinterpreted there: refused, never computed as ATen would.
+Status require_bound_as(const Arg& arg, const Arg& reference, const char* file);
 Status require_rank(const Arg& arg, int64_t rank, const char* what);
 // Where upstream feeds a buffer as dense row-major and refuses (or cannot read) anything else.
 Status require_contiguous(const Arg& arg, const char* why);

@@ -43,12 +43,7 @@ Status mm_out(AtenTensorHandle out_handle, AtenTensorHandle self_handle, AtenTen
   if (self.code != float32_code() && self.code != bfloat16_code()) {
     return invalid("Unsupported data type for matrix multiplication");
   }
-  for (const Arg* other : {&mat2, &out}) {
-    if (other->code != self.code) {
-      return invalid(other->name + " is " + dtype_text(other->code) + " but self is " + dtype_text(self.code) +
-                     ": op_mm.mm binds every operand as self's dtype and would reinterpret its bits");
-    }
-  }
+  for (const Arg* other : {&mat2, &out}) SHIMKIT_RETURN_IF_ERROR(require_bound_as(*other, self, kMmFile));
   Arg dense_self, dense_mat2;
   SHIMKIT_RETURN_IF_ERROR(read_as_upstream(kMmSymbol, kMmFile, "", self, {k, 1}, "a dense [M, K] buffer", &dense_self));
   SHIMKIT_RETURN_IF_ERROR(read_mat2_as_upstream(kMmSymbol, kMmFile, mat2, k, n, &dense_mat2));
