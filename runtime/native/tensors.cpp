@@ -5,6 +5,17 @@
 // storage offset is folded into its data pointer (ExecuTorch tensors have none) and "device" memory is
 // host memory: the device type a tensor was created with is remembered and reported back.
 //
+// Where upstream's memory.cpp (pytorch/executorch cff6f4d) does otherwise than ATen, this does what it does:
+// - empty_strided allocates numel * element size bytes whatever the strides (:147-166), fails a zero-size "device"
+//   allocation (et_metal.mm:209-213) and leaves the memory unwritten (a pooled buffer holds what it last held): here
+//   it is filled with all-ones bytes (NaN, -1), so a read of it shows; strides spanning more than numel elements are
+//   refused, as they would be written past the allocation's end;
+// - copy_ copies src's bytes from its data pointer when the strides are equal (:325-356) and refuses other layouts,
+//   other dtypes and other element counts with upstream's messages (:296-313, :361-363), and an empty copy (et_metal.mm:
+//   295-298); equal strides with holes copy the wrong bytes there, a divergence here;
+// - _reinterpret_tensor copies a view with holes into a new contiguous buffer at the call (:530-561): what is written
+//   through it never reaches the tensor it views (noted as a divergence when the copy is deleted changed).
+//
 // Every handle this runtime hands out is registered: a handle it does not know (freed twice, or never
 // made here) is an error naming the function, never a read of freed memory. shimkit_runtime_live_tensors()
 // lets tests prove a program frees everything it allocates.
@@ -41,6 +52,8 @@ using shimkit::device_types::kCuda;
 using shimkit::device_types::kMps;
 using shimkit::metal_runtime::guarded;
 
+extern "C" void shimkit_runtime_record_divergence(const char* symbol, const char* behaviour, const char* detail);
+
 struct Storage {
   void* data = nullptr;
   bool owned = false;
@@ -51,6 +64,9 @@ struct Storage {
 
 struct HostTensor {
   std::shared_ptr<Storage> storage;  // keeps an allocation alive while a view of it lives
+  // A view with holes _reinterpret_tensor copied: its bytes then, to tell at deletion whether it was written.
+  std::vector<char> materialized_bytes;
+  std::string materialized_from;
   int32_t dtype = 0;
   int32_t device_type = kMps;
   int32_t device_index = 0;
@@ -153,12 +169,22 @@ std::vector<int64_t> read_dims(int64_t ndim, const int64_t* values, const char* 
   return std::vector<int64_t>(values, values + ndim);
 }
 
+// What memory upstream leaves unwritten holds here: NaN in every float dtype, -1 in every integer one.
+constexpr unsigned char kUnwrittenByte = 0xFF;
+
+int64_t count_elements(const std::vector<int64_t>& sizes) {
+  int64_t count = 1;
+  for (int64_t size : sizes) count *= size;
+  return count;
+}
+
 Tensor* allocate(std::vector<int64_t> sizes, std::vector<int64_t> strides, int32_t dtype, int32_t device_type,
                  int32_t device_index, const char* function) {
   const size_t bytes = static_cast<size_t>(extent(sizes, strides)) * element_size(dtype);
   auto storage = std::make_shared<Storage>();
-  storage->data = std::calloc(std::max<size_t>(bytes, 1), 1);
+  storage->data = std::malloc(std::max<size_t>(bytes, 1));
   if (storage->data == nullptr) throw std::bad_alloc();
+  std::memset(storage->data, kUnwrittenByte, bytes);
   storage->owned = true;
   void* data = storage->data;
   return make_tensor(std::move(storage), data, std::move(sizes), std::move(strides), dtype, device_type,
@@ -288,6 +314,28 @@ void copy_elements(const HostTensor& dst, const HostTensor& src, const char* fun
       index[d] = 0;
     }
   }
+}
+
+std::string text_of(const std::vector<int64_t>& values) {
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+  return text + "]";
+}
+
+// memory.cpp's is_packed_strides: the layout reaches exactly numel elements, no holes between them.
+bool packed(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  const int64_t numel = count_elements(sizes);
+  if (numel <= 1) return true;
+  int64_t last = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] > 1) last += (sizes[d] - 1) * strides[d];
+  }
+  return last + 1 == numel;
+}
+
+bool unchanged_since_materialized(const HostTensor& tensor) {
+  const char* bytes = static_cast<const char*>(tensor.tensor->const_data_ptr());
+  return std::equal(tensor.materialized_bytes.begin(), tensor.materialized_bytes.end(), bytes);
 }
 
 thread_local bool grad_mode = false;
@@ -424,6 +472,16 @@ AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t* sizes_ptr, 
   return guarded(__func__, [&] {
     auto sizes = read_dims(ndim, sizes_ptr, "sizes", __func__);
     auto strides = strides_ptr == nullptr ? contiguous_strides(sizes) : read_dims(ndim, strides_ptr, "strides", __func__);
+    const int64_t numel = count_elements(sizes);
+    if (numel == 0 && device_type == kMps) {
+      throw std::runtime_error("Failed to allocate 0 bytes on Metal device (et_metal.mm's metal_allocate_buffer "
+                               "refuses a buffer of no bytes)");
+    }
+    if (extent(sizes, strides) > numel) {
+      throw std::invalid_argument("strides " + text_of(strides) + " of sizes " + text_of(sizes) + " span " +
+                                  std::to_string(extent(sizes, strides)) + " elements, but memory.cpp allocates numel = " +
+                                  std::to_string(numel) + " of them: the tensor would be written past its end");
+    }
     *ret_new_tensor = allocate(std::move(sizes), std::move(strides), dtype, device_type, device_index, __func__);
   });
 }
@@ -440,11 +498,50 @@ AOTITorchError aoti_torch_delete_tensor_object(AOTITensorHandle tensor) {
       doomed = std::move(it->second);
       registry().erase(it);
     }
+    if (!doomed->materialized_from.empty() && !unchanged_since_materialized(*doomed)) {
+      shimkit_runtime_record_divergence(
+          "aoti_torch__reinterpret_tensor",
+          "copies a view with holes into a new buffer (memory.cpp:530-561): what was written through it never "
+          "reaches the tensor it views",
+          doomed->materialized_from.c_str());
+    }
   });
 }
 
 AOTITorchError aoti_torch_copy_(AOTITensorHandle self, AOTITensorHandle src, int32_t /*non_blocking*/) {
-  return guarded(__func__, [&] { copy_elements(find(self, __func__), find(src, __func__), __func__); });
+  return guarded(__func__, [&] {
+    const HostTensor& to = find(self, __func__);
+    const HostTensor& from = find(src, __func__);
+    if (to.dtype != from.dtype) {
+      throw std::invalid_argument("dtype mismatch. self.dtype=" + std::to_string(to.dtype) + ", src.dtype=" +
+                                  std::to_string(from.dtype) + ". aoti_torch_copy_ requires same dtypes");
+    }
+    const int64_t numel = count_elements(to.sizes);
+    if (numel != count_elements(from.sizes)) {
+      throw std::invalid_argument("numel mismatch. self.numel()=" + std::to_string(numel) +
+                                  ", src.numel()=" + std::to_string(count_elements(from.sizes)));
+    }
+    if (to.strides != from.strides) {
+      throw std::runtime_error("Layout conversion not supported (memory.cpp copies only between equal strides: self " +
+                               text_of(to.strides) + ", src " + text_of(from.strides) + ")");
+    }
+    if (numel == 0) throw std::runtime_error("metal_copy_memory failed with status -1 (an empty copy, et_metal.mm)");
+    const int64_t span = extent(to.sizes, to.strides);
+    if (span < numel) {
+      throw std::invalid_argument("strides " + text_of(to.strides) + " overlap: memory.cpp's copy of numel = " +
+                                  std::to_string(numel) + " elements would run past the " + std::to_string(span) +
+                                  " they span");
+    }
+    if (span > numel) {
+      shimkit_runtime_record_divergence(
+          "aoti_torch_copy_",
+          "copies numel elements' bytes from src's data pointer (memory.cpp:325-356), so a layout with holes copies "
+          "the holes and misses its end",
+          ("sizes " + text_of(to.sizes) + " strides " + text_of(to.strides)).c_str());
+    }
+    std::memmove(to.tensor->mutable_data_ptr(), from.tensor->const_data_ptr(),
+                 static_cast<size_t>(numel) * element_size(to.dtype));
+  });
 }
 
 AOTITorchError aoti_torch__reinterpret_tensor(AOTITensorHandle self, int64_t ndim, const int64_t* sizes_ptr,
@@ -454,9 +551,30 @@ AOTITorchError aoti_torch__reinterpret_tensor(AOTITensorHandle self, int64_t ndi
     const HostTensor& base = find(self, __func__);
     char* data = static_cast<char*>(base.tensor->mutable_data_ptr()) +
                  storage_offset * static_cast<int64_t>(element_size(base.dtype));
-    *ret_new_tensor = make_tensor(base.storage, data, read_dims(ndim, sizes_ptr, "sizes", __func__),
-                                  read_dims(ndim, strides_ptr, "strides", __func__), base.dtype, base.device_type,
-                                  base.device_index, __func__);
+    auto sizes = read_dims(ndim, sizes_ptr, "sizes", __func__);
+    auto strides = read_dims(ndim, strides_ptr, "strides", __func__);
+    if (packed(sizes, strides)) {
+      *ret_new_tensor = make_tensor(base.storage, data, std::move(sizes), std::move(strides), base.dtype,
+                                    base.device_type, base.device_index, __func__);
+      return;
+    }
+    Tensor* view = make_tensor(base.storage, data, sizes, strides, base.dtype, base.device_type, base.device_index,
+                               __func__);
+    Tensor* copy = nullptr;
+    try {
+      copy = allocate(sizes, contiguous_strides(sizes), base.dtype, base.device_type, base.device_index, __func__);
+      HostTensor& materialized = find(copy, __func__);
+      copy_elements(materialized, find(view, __func__), __func__);
+      const char* bytes = static_cast<const char*>(materialized.tensor->const_data_ptr());
+      materialized.materialized_bytes.assign(bytes, bytes + materialized.tensor->nbytes());
+      materialized.materialized_from = "sizes " + text_of(sizes) + " strides " + text_of(strides);
+    } catch (...) {
+      aoti_torch_delete_tensor_object(view);
+      if (copy != nullptr) aoti_torch_delete_tensor_object(copy);
+      throw;
+    }
+    aoti_torch_delete_tensor_object(view);
+    *ret_new_tensor = copy;
   });
 }
 
