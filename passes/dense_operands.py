@@ -1,4 +1,4 @@
-"""Operands a runtime shim reads as dense memory of their sizes, copied contiguous ahead of the call.
+"""Operands a runtime shim reads as dense memory of their sizes, handed to it with contiguous strides.
 
 ExecuTorch's stock Metal runtime reads some operands through ``sizes()`` alone: ``op_convolution.mm`` takes its
 input and weight as NCHW and OIHW buffers (a channels-last input is read as NCHW: pytorch/executorch#22951),

@@ -79,16 +79,17 @@ def pipeline(device: str, registry: PluginRegistry | None = None, **kwargs: Any)
 
 # The ops whose operands' layout Inductor chooses itself when its layout optimisation is on: it hands a convolution
 # channels-last input and weight and expects a channels-last result (torch/_inductor/graph.py, decide_layout_opt).
-_LAID_OUT_BY_INDUCTOR = frozenset({"aten::convolution.default"})
+_LAID_OUT_BY_INDUCTOR = frozenset({torch.ops.aten.convolution.default})
 
 
 def inductor_options(config: BackendConfig) -> dict[str, Any]:
     """AOTInductor options to merge into the backend's own: the custom c-shims, the post-grad passes (as one
     ``post_grad_custom_post_pass``), and what makes the program hand a shim the dense operands it reads through
     their sizes alone (``Shim.dense_operands``: the stock runtime's convolution reads channels-last memory as NCHW,
-    pytorch/executorch#22951; its mm reads ``self`` as a dense matrix): a contiguous copy of each such operand that
-    is not contiguous (``shimkit.passes.dense_operands``, last of the post-grad passes), and Inductor's layout
-    optimisation off where it would lay out those operands itself."""
+    pytorch/executorch#22951; its mm reads ``self`` as a dense matrix): each such operand handed through Inductor's
+    stride-order prim with contiguous strides (``shimkit.passes.dense_operands``, last of the post-grad passes; a
+    copy only where the memory really is laid out otherwise), and Inductor's layout optimisation off where it would
+    lay out those operands itself."""
     # Imported here, not at the top: it pulls in torch._inductor (a second of start-up), which
     # `shimkit plugins` and `shimkit config` never need.
     from shimkit.passes.inductor import PostGradPipeline
@@ -104,7 +105,7 @@ def inductor_options(config: BackendConfig) -> dict[str, Any]:
         passes, names = passes + (ContiguousOperands(dense),), names + (ContiguousOperands.name,)
     if passes:
         options["post_grad_custom_post_pass"] = PostGradPipeline(passes, names)
-    if any(f"{op._schema.name}.{op._overloadname}" in _LAID_OUT_BY_INDUCTOR for op in dense):
+    if any(op in _LAID_OUT_BY_INDUCTOR for op in dense):
         options["layout_optimization"] = False
     return options
 

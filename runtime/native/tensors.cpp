@@ -12,9 +12,9 @@
 //   refused, as they would be written past the allocation's end;
 // - copy_ copies src's bytes from its data pointer when the strides are equal (:325-356) and refuses other layouts,
 //   other dtypes and other element counts with upstream's messages (:296-313, :361-363), and an empty copy (et_metal.mm:
-//   295-298); equal strides with holes copy the wrong bytes there, a divergence here;
-// - _reinterpret_tensor copies a view with holes into a new contiguous buffer at the call (:530-561): what is written
-//   through it never reaches the tensor it views (noted as a divergence when the copy is deleted changed).
+//   295-298); equal strides with holes copy the wrong bytes there, a divergence here.
+// Not reproduced: _reinterpret_tensor copies a view with holes into a new contiguous buffer at the call (:530-561),
+// which Inductor's kernels then index with the view's strides, past the copy's end (docs/metal.md says which models).
 //
 // Every handle this runtime hands out is registered: a handle it does not know (freed twice, or never
 // made here) is an error naming the function, never a read of freed memory. shimkit_runtime_live_tensors()
@@ -64,9 +64,6 @@ struct Storage {
 
 struct HostTensor {
   std::shared_ptr<Storage> storage;  // keeps an allocation alive while a view of it lives
-  // A view with holes _reinterpret_tensor copied: its bytes then, to tell at deletion whether it was written.
-  std::vector<char> materialized_bytes;
-  std::string materialized_from;
   int32_t dtype = 0;
   int32_t device_type = kMps;
   int32_t device_index = 0;
@@ -322,22 +319,6 @@ std::string text_of(const std::vector<int64_t>& values) {
   return text + "]";
 }
 
-// memory.cpp's is_packed_strides: the layout reaches exactly numel elements, no holes between them.
-bool packed(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
-  const int64_t numel = count_elements(sizes);
-  if (numel <= 1) return true;
-  int64_t last = 0;
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    if (sizes[d] > 1) last += (sizes[d] - 1) * strides[d];
-  }
-  return last + 1 == numel;
-}
-
-bool unchanged_since_materialized(const HostTensor& tensor) {
-  const char* bytes = static_cast<const char*>(tensor.tensor->const_data_ptr());
-  return std::equal(tensor.materialized_bytes.begin(), tensor.materialized_bytes.end(), bytes);
-}
-
 thread_local bool grad_mode = false;
 
 }  // namespace
@@ -498,13 +479,6 @@ AOTITorchError aoti_torch_delete_tensor_object(AOTITensorHandle tensor) {
       doomed = std::move(it->second);
       registry().erase(it);
     }
-    if (!doomed->materialized_from.empty() && !unchanged_since_materialized(*doomed)) {
-      shimkit_runtime_record_divergence(
-          "aoti_torch__reinterpret_tensor",
-          "copies a view with holes into a new buffer (memory.cpp:530-561): what was written through it never "
-          "reaches the tensor it views",
-          doomed->materialized_from.c_str());
-    }
   });
 }
 
@@ -551,30 +525,9 @@ AOTITorchError aoti_torch__reinterpret_tensor(AOTITensorHandle self, int64_t ndi
     const HostTensor& base = find(self, __func__);
     char* data = static_cast<char*>(base.tensor->mutable_data_ptr()) +
                  storage_offset * static_cast<int64_t>(element_size(base.dtype));
-    auto sizes = read_dims(ndim, sizes_ptr, "sizes", __func__);
-    auto strides = read_dims(ndim, strides_ptr, "strides", __func__);
-    if (packed(sizes, strides)) {
-      *ret_new_tensor = make_tensor(base.storage, data, std::move(sizes), std::move(strides), base.dtype,
-                                    base.device_type, base.device_index, __func__);
-      return;
-    }
-    Tensor* view = make_tensor(base.storage, data, sizes, strides, base.dtype, base.device_type, base.device_index,
-                               __func__);
-    Tensor* copy = nullptr;
-    try {
-      copy = allocate(sizes, contiguous_strides(sizes), base.dtype, base.device_type, base.device_index, __func__);
-      HostTensor& materialized = find(copy, __func__);
-      copy_elements(materialized, find(view, __func__), __func__);
-      const char* bytes = static_cast<const char*>(materialized.tensor->const_data_ptr());
-      materialized.materialized_bytes.assign(bytes, bytes + materialized.tensor->nbytes());
-      materialized.materialized_from = "sizes " + text_of(sizes) + " strides " + text_of(strides);
-    } catch (...) {
-      aoti_torch_delete_tensor_object(view);
-      if (copy != nullptr) aoti_torch_delete_tensor_object(copy);
-      throw;
-    }
-    aoti_torch_delete_tensor_object(view);
-    *ret_new_tensor = copy;
+    *ret_new_tensor = make_tensor(base.storage, data, read_dims(ndim, sizes_ptr, "sizes", __func__),
+                                  read_dims(ndim, strides_ptr, "strides", __func__), base.dtype, base.device_type,
+                                  base.device_index, __func__);
   });
 }
 
