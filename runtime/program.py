@@ -446,6 +446,12 @@ def take_divergences(runtime: ctypes.CDLL) -> list[tuple[str, str, str]]:
     return divergences
 
 
+def _as_execute_copies(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """What upstream's ``MetalBackend::execute`` hands the program for ``inputs``: each tensor of a dtype the runtime
+    holds as a new contiguous one (see :func:`_inputs_made_contiguous`), the others as they are."""
+    return [i.detach().contiguous() if i.dtype in DTYPE_CODES else i for i in inputs]
+
+
 def _inputs_made_contiguous(inputs: Sequence[torch.Tensor]) -> list[tuple[str, str, str]]:
     """Upstream's ``MetalBackend::execute`` makes each input a new tensor of the input's sizes alone and copies the
     caller's into it (metal_backend.cpp:515-536 at cff6f4d: ``aoti_torch_empty_strided(..., nullptr, ...)``, then
@@ -564,7 +570,7 @@ class MetalProgram:
         if len(inputs) != self.num_inputs or not all(isinstance(i, torch.Tensor) for i in inputs):
             raise ProgramError(f"the program takes {self.num_inputs} tensors, got "
                                f"{[type(i).__name__ for i in inputs]}")
-        kept = [i.detach().contiguous() if i.dtype in DTYPE_CODES else i for i in inputs]
+        kept = _as_execute_copies(inputs)
         self.divergences += [d for d in _inputs_made_contiguous(inputs) if d not in self.divergences]
         handles = (ctypes.c_void_p * max(len(kept), 1))(*[tensor_handle(self.runtime, t) for t in kept])
         outputs = (ctypes.c_void_p * max(self.num_outputs, 1))()

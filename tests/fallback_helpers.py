@@ -28,7 +28,7 @@ import shimkit.plugins.metal_custom_ops as metal_custom_ops
 import shimkit.plugins.torchao_linear as torchao_linear
 from shimkit.csrc.build import SANITIZER_FLAGS, compile_shared_library, sanitize_requested, sdk_sources
 from shimkit.runtime.program import RUNTIME_DIR
-from shimkit.store import default_store
+from shimkit.store import default_store, digest_of
 from shimkit.testing.kernels import AOTI_TORCH_SUCCESS
 
 FALLBACKS = RUNTIME_DIR / "fallbacks"
@@ -83,18 +83,24 @@ UPSTREAM_ADDMM = FALLBACKS / "addmm.cpp"
 
 
 @functools.lru_cache(maxsize=None)
-def library(upstream_addmm: bool = False) -> ctypes.CDLL:
+def library(upstream_addmm: bool = False, replaced: tuple[tuple[str, str], ...] = ()) -> ctypes.CDLL:
     """The runtime's fallbacks over libtorch's AOTI API, with the addmm plugin's shim as shimkit's programs link
-    it, or (``upstream_addmm``) the runtime's own stand-in of op_addmm.mm as stock programs link it."""
+    it, or (``upstream_addmm``) the runtime's own stand-in of op_addmm.mm as stock programs link it; each source
+    named first in a ``replaced`` pair compiled from the second instead (a mutant, tests/test_metal_runtime_mutants.py)."""
     import torch.utils.cpp_extension as cpp_extension
 
     plugin_addmm = [ADDMM_KERNEL / "addmm_plan.cpp", ADDMM_KERNEL / "addmm_reference.cpp",
                     ADDMM_KERNEL / "addmm_shim_standin.cpp"]
     sources = [*(path for path in sorted(FALLBACKS.glob("*.cpp")) if upstream_addmm or path != UPSTREAM_ADDMM),
                *([] if upstream_addmm else plugin_addmm), *sdk_sources()]
+    substitutes = dict(replaced)
+    sources = [substitutes.get(str(path), str(path)) for path in sources]
+    name = "shimkit_metal_fallbacks_upstream_addmm" if upstream_addmm else "shimkit_metal_fallbacks"
+    if replaced:  # a library of its own name: the process may hold the real one already
+        name += "_mutant_" + digest_of([Path(source).read_text() for _, source in replaced])[:12]
     flags = SANITIZER_FLAGS if sanitize_requested() else ("-O2",)
     path = compile_shared_library(
-        "shimkit_metal_fallbacks_upstream_addmm" if upstream_addmm else "shimkit_metal_fallbacks", sources,
+        name, sources,
         include_dirs=cpp_extension.include_paths(),
         library_dirs=cpp_extension.library_paths(), libraries=["torch", "torch_cpu", "c10"],
         extra_flags=(*flags, "-include", str(prototype_header())))

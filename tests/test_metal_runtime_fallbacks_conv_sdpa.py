@@ -101,6 +101,17 @@ def test_convolution_matches_torch(data, dtype, spatial, batched, groups, has_bi
     assert_rounded_once(output, exact, bound, pattern=exact if dtype == torch.bfloat16 else expected)
 
 
+def test_convolution_adds_the_bias_along_the_last_dimension_as_op_convolution_mm():
+    """MPSGraph's broadcasting addition aligns the [C_out] bias with the last dimension of the NCHW result: where
+    W_out == C_out, column w gets bias[w] whatever its channel (op_convolution.mm:335-348)."""
+    input_, weight = random((1, 2, 3, 4), torch.float32, 1), random((4, 2, 1, 1), torch.float32, 2)
+    bias = torch.tensor([1.0, 10.0, 100.0, 1000.0])
+    status, result = conv_call(input_, weight, bias, [1], [0], [1], 1)
+    assert status == AOTI_TORCH_SUCCESS, last_error()
+    convolved = torch.convolution(input_, weight, None, [1], [0], [1], False, [0], 1)
+    torch.testing.assert_close(steal(result), convolved + bias, rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("bias", [None, torch.arange(4.0)])
 def test_convolution_of_zero_input_channels_has_zero_channels_as_in_aten(bias):
     input_, weight = torch.ones(2, 0, 5), torch.ones(4, 0, 2)
