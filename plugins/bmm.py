@@ -40,7 +40,14 @@ class DenseBmmOperands(ShimkitPass):
                 # transposed again); forcing the stride order is what its own extern kernels use.
                 dense_value = value.clone(memory_format=torch.contiguous_format)
                 with graph.inserting_before(node):
-                    dense = graph.call_function(force, (operand, list(dense_value.stride())))
+                    source = operand
+                    if 1 in value.shape:
+                        # op_bmm.mm wants the exact strides [d1*d2, d2, 1], a dim of size 1 included, where a forced
+                        # stride order leaves a view whose size-1 dim strides otherwise (q[:, :1]): a copy of it.
+                        source = graph.call_function(torch.ops.aten.clone.default, (operand,),
+                                                     {"memory_format": torch.contiguous_format})
+                        source.meta["val"] = dense_value
+                    dense = graph.call_function(force, (source, list(dense_value.stride())))
                 dense.meta["val"] = dense_value
                 node.replace_input_with(operand, dense)
                 modified = True

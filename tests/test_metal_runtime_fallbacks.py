@@ -1,11 +1,10 @@
 """The Linux Metal runtime's CPU fallback kernels (runtime/native/fallbacks/): every one the Metal backend
-declares is exported with the signature Inductor calls, and those for matrix products and top-k, called by
-their C symbols with real AtenTensorHandles, match torch; how the library is built and numbers judged:
-tests/fallback_helpers.py."""
+declares is exported with the signature Inductor calls, and mm's and addmm's, called by their C symbols with real
+AtenTensorHandles, compute what upstream's op_mm.mm and op_addmm.mm compute (bmm and top-k:
+tests/test_metal_runtime_fallbacks_topk_bmm.py); how the library is built and numbers judged: tests/fallback_helpers.py."""
 
 from __future__ import annotations
 
-import ctypes
 import math
 
 import pytest
@@ -13,9 +12,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fallback_helpers import (EXAMPLES, H, LAYOUTS, METAL_DTYPES, SEEDS, SIGNATURES, U32, assert_fails,
+from fallback_helpers import (EXAMPLES, LAYOUTS, METAL_DTYPES, SEEDS, SIGNATURES, U32, assert_fails,
                               assert_rounded_once, call, custom_prototypes, last_error, library, product_exact,
-                              read_densely, steal, strided, values)
+                              read_densely, strided, values)
 from shimkit.testing.kernels import AOTI_TORCH_SUCCESS, tensor_handles
 from shimkit.testing.strategies import tensors
 
@@ -45,7 +44,7 @@ def test_the_signatures_are_the_ones_inductor_calls():
                      "aoti_torch_mps_gated_delta_rule"}
 
 
-# ---------------------------------------------------------------------------------------------- mm, bmm
+# ---------------------------------------------------------------------------------------------- mm
 
 
 @EXAMPLES
@@ -116,49 +115,6 @@ def test_mm_refuses_as_op_mm_mm_does_and_never_reads_past_a_buffer(case, words):
         self_ = torch.ones(1, 4).expand(2, 4)
     with tensor_handles(out, self_, mat2) as handles:
         assert_fails(call("aoti_torch_mps_mm_out", *handles), "aoti_torch_mps_mm_out: ", *words)
-
-
-@EXAMPLES
-@given(data=st.data(), dtype=st.sampled_from(METAL_DTYPES), b=st.integers(0, 3), m=st.integers(0, 4),
-       k=st.integers(0, 4), n=st.integers(0, 4), specials=st.booleans())
-def test_bmm_matches_torch(data, dtype, b, m, k, n, specials):
-    self_ = data.draw(tensors((b, m, k), dtype, elements=lambda _: values(specials), layouts=False))
-    mat2 = data.draw(tensors((b, k, n), dtype, elements=lambda _: values(specials), layouts=False))
-    out = torch.full((b, m, n), math.nan, dtype=dtype)
-    expected = torch.bmm(self_, mat2)
-    with tensor_handles(out, self_, mat2) as handles:
-        assert call("aoti_torch_mps_bmm_out", *handles) == AOTI_TORCH_SUCCESS, last_error()
-    exact, magnitude = product_exact(self_, mat2)
-    assert_rounded_once(out, exact, (k + 2) * U32 * magnitude, pattern=expected)
-
-
-@pytest.mark.parametrize("case, words", [
-    ("transposed_mat2", ("mat2 must be contiguous", "dense")),
-    ("sliced_self", ("self must be contiguous",)),
-    ("strided_out", ("out must be contiguous",)),
-    ("float16", ("self has dtype float16",)),
-    ("batch", ("batch size mismatch", "mat2 has 3")),
-    ("out_shape", ("out has shape [2, 2, 5]",)),
-    ("rank", ("mat2 must be 3-D",)),
-])
-def test_bmm_refuses_what_upstream_refuses(case, words):
-    self_, mat2, out = torch.ones(2, 2, 4), torch.ones(2, 4, 3), torch.empty(2, 2, 3)
-    if case == "transposed_mat2":
-        mat2 = torch.ones(2, 3, 4).mT
-    elif case == "sliced_self":
-        self_ = torch.ones(2, 2, 8)[..., ::2]
-    elif case == "strided_out":
-        out = torch.empty(2, 3, 2).mT
-    elif case == "float16":
-        self_, mat2, out = self_.half(), mat2.half(), out.half()
-    elif case == "batch":
-        mat2 = torch.ones(3, 4, 3)
-    elif case == "out_shape":
-        out = torch.empty(2, 2, 5)
-    elif case == "rank":
-        mat2 = torch.ones(4, 3)
-    with tensor_handles(out, self_, mat2) as handles:
-        assert_fails(call("aoti_torch_mps_bmm_out", *handles), "aoti_torch_mps_bmm_out: ", *words)
 
 
 # ---------------------------------------------------------------------------------------------- addmm
@@ -258,75 +214,3 @@ def test_the_runtimes_own_addmm_refuses_as_op_addmm_mm_does(case, words):
     with tensor_handles(out, self_, mat1, mat2) as handles:
         status = call("aoti_torch_mps_addmm_out", *handles, 1.0, 1.0, upstream_addmm=True)
     assert_fails(status, "aoti_torch_mps_addmm_out: ", *words, upstream_addmm=True)
-
-
-# ---------------------------------------------------------------------------------------------- topk
-
-
-def topk_call(self_: torch.Tensor, k: int, dim: int, largest: bool, sorted_: bool = True):
-    values_, indices = H(), H()
-    with tensor_handles(self_) as (handle,):
-        status = call("aoti_torch_mps_topk", handle, k, dim, int(largest), int(sorted_), ctypes.byref(values_),
-                      ctypes.byref(indices))
-    return status, values_, indices
-
-
-@EXAMPLES
-@given(data=st.data(), dtype=st.sampled_from(METAL_DTYPES), shape=st.lists(st.integers(0, 5), max_size=3),
-       largest=st.booleans(), sorted_=st.booleans(), specials=st.booleans())
-def test_topk_matches_torch(data, dtype, shape, largest, sorted_, specials):
-    ties = st.integers(-2, 2).map(float)  # plenty of equal values
-    elements = (ties | st.sampled_from((math.nan, math.inf, -math.inf, -0.0))) if specials else ties | values(False)
-    self_ = data.draw(tensors(tuple(shape), dtype, elements=lambda _: elements))
-    rank = max(len(shape), 1)
-    dim = data.draw(st.integers(-rank, rank - 1))
-    length = shape[dim] if shape else 1
-    k = data.draw(st.integers(0, length))
-    status, values_handle, indices_handle = topk_call(self_, k, dim, largest, sorted_)
-    assert status == AOTI_TORCH_SUCCESS, last_error()
-    values_, indices = steal(values_handle), steal(indices_handle)
-    expected = torch.topk(self_, k, dim, largest=largest, sorted=True)
-    assert values_.dtype == dtype and indices.dtype == torch.int64 and values_.is_contiguous() and indices.is_contiguous()
-    assert values_.device.type == "cpu"
-    # Values and their order are ATen's; indices point at them, each once (ties may be ordered differently).
-    assert torch.equal(values_.isnan(), expected.values.isnan())
-    assert torch.equal(values_.nan_to_num(), expected.values.nan_to_num())
-    if self_.dim() and values_.numel():
-        gathered = self_.gather(dim, indices)
-        assert torch.equal(gathered.nan_to_num(), values_.nan_to_num()) and torch.equal(gathered.isnan(), values_.isnan())
-        assert (indices.sort(dim).values.diff(dim=dim) > 0).all()  # each index once
-
-
-def test_topk_ranks_nan_above_everything_as_aten():
-    self_ = torch.tensor([1.0, math.nan, 3.0, math.inf, math.nan, -1.0])
-    for largest in (True, False):
-        status, values_handle, indices_handle = topk_call(self_, 4, 0, largest)
-        assert status == AOTI_TORCH_SUCCESS, last_error()
-        values_, indices = steal(values_handle), steal(indices_handle)
-        expected = torch.topk(self_, 4, largest=largest)
-        assert torch.equal(values_.nan_to_num(), expected.values.nan_to_num())
-        assert torch.equal(indices, expected.indices)
-
-
-@pytest.mark.parametrize("case, words", [
-    ("k", ("k=5 is out of range", "4 elements along dim 1")),
-    ("negative_k", ("k=-1 is out of range",)),
-    ("dim", ("dim 2 is out of range",)),
-    ("float16", ("self has dtype float16",)),
-    ("int", ("self has dtype int64",)),
-])
-def test_topk_errors_name_the_argument(case, words):
-    self_, k, dim = torch.ones(3, 4), 2, 1
-    if case == "k":
-        k = 5
-    elif case == "negative_k":
-        k = -1
-    elif case == "dim":
-        dim = 2
-    elif case == "float16":
-        self_ = self_.half()
-    elif case == "int":
-        self_ = self_.long()
-    status, values_handle, indices_handle = topk_call(self_, k, dim, True)
-    assert_fails(status, "aoti_torch_mps_topk: ", *words)
-    assert values_handle.value is None and indices_handle.value is None

@@ -145,3 +145,30 @@ def test_a_channels_last_model_input_is_wrong_with_the_runtimes_cause(tmp_path):
     assert "MetalBackend::execute hands the program each input as a new contiguous tensor" in error
     assert "input 0 [1, 3, 8, 8] strides [192, 1, 24, 3]" in error
     assert "aoti_torch_mps_convolution" not in error  # the plugin's dense operands keep the shim itself right
+
+
+@pytest.mark.parametrize("body, stock_error", [
+    ("""
+        class TransposedTopk(torch.nn.Module):
+            def forward(self, x):
+                return torch.topk(x.transpose(0, 1) * 2.0, 3, dim=0, largest=False)
+     """, "aoti_torch_mps_topk reads its strided self as a dense buffer"),
+    ("""
+        class FirstRows(torch.nn.Module):
+            def forward(self, x):
+                q = x * 2.0
+                return torch.bmm(q[:, :1], q[:, 1:].transpose(1, 2))
+     """, "Expected strides=[8,8,1] for shape=[3,1,8]"),
+], ids=["topk_of_a_transposed_view", "bmm_of_a_one_row_slice"])
+def test_what_op_topk_mm_and_op_bmm_mm_read_or_refuse_stock_shimkit_hands_them_dense(tmp_path, body, stock_error):
+    """op_topk.mm reads self through sizes() alone (the topk plugin's ``dense_operands``); op_bmm.mm refuses any
+    stride but ``[d1*d2, d2, 1]``, a size-1 dim's included (the bmm plugin's pass copies such a view)."""
+    name = body.split("class ")[1].split("(")[0]
+    spec = _write_model(tmp_path, body + f"""
+        def make():
+            torch.manual_seed(0)
+            return {name}(), (torch.randn(3, 6, 8),)
+    """)
+    stock = _execute(spec, plugins=False)
+    assert stock.status == "wrong" and stock_error in stock.numerics.checks[0].error, stock.numerics.checks
+    assert _execute(spec, plugins=True).status == "clean"
