@@ -4,4 +4,4 @@ Kept here alone, read by ``setup.py`` (which maps each folder onto the namespace
 audit cache's source digest; a new room is added here once.
 """
 
-ROOMS = ("registry", "passes", "plugins", "audit", "csrc", "testing", "metal", "runtime")
+ROOMS = ("registry", "passes", "plugins", "audit", "csrc", "testing", "metal", "runtime", "objc")

@@ -20,6 +20,7 @@ LAYERS = (
      "shimkit._progress", "shimkit._C",
      "shimkit.store", "shimkit.csrc"),
     ("shimkit.metal",),
+    ("shimkit.objc",),
     ("shimkit.registry",),
     ("shimkit.runtime",),
     ("shimkit.passes",),
