@@ -50,4 +50,5 @@ def test_every_named_operand_goes_through_the_prim_and_the_values_are_unchanged(
 
 def test_the_builtin_plugins_declare_what_the_stock_shims_read_densely():
     declared = {str(op): names for op, names in dense_operands(get_registry().backend_config("mps")).items()}
-    assert declared == {"aten.mm.default": ("self",), "aten.convolution.default": ("input", "weight")}
+    assert declared == {"aten.mm.default": ("self",), "aten.convolution.default": ("input", "weight"),
+                        "aten.topk.default": ("self",)}
