@@ -68,8 +68,8 @@ setup(
     package_dir=package_dir,
     # Kernel files, each in the package of its folder: shimkit's SDK (csrc/), the stand-in runtime
     # (runtime/native/, built on demand, not part of shimkit._C), metal_stdlib and each built-in plugin's kernel
-    # folder (its Kernel record's sources).
-    package_data={"": ["*.cpp", "*.mm", "*.cu", "*.h", "*.metal", "metal_stdlib"]},
+    # folder (its Kernel record's sources), and the Objective-C runtime and frameworks of objc/ (built by clang on demand).
+    package_data={"": ["*.cpp", "*.mm", "*.cu", "*.h", "*.S", "*.metal", "metal_stdlib"]},
     include_package_data=True,
     ext_modules=[_extension()],
     cmdclass={"build_ext": build_ext},
