@@ -1,4 +1,4 @@
-// addmm on Metal through MPSGraph. See addmm_metal.h: NOT COMPILED OR RUN ON LINUX.
+// addmm on Metal through MPSGraph. See addmm_metal.h (on Linux: shimkit.objc, tests/test_objc_addmm.py).
 //
 // Mirrors the structure of ExecuTorch's runtime/ops/op_mm.mm (buffer lookup, graph cache, feeds,
 // execution, release), but every decision that op_mm.mm makes inline -- and gets wrong for a
