@@ -31,6 +31,7 @@ import test_metal_runtime_fallbacks as mm_tests
 import test_metal_runtime_fallbacks_conv_sdpa as conv_sdpa_tests
 import test_metal_runtime_fallbacks_quantized as quantized_tests
 import test_metal_runtime_shims as shims_tests
+from test_metal_upstream_runtime import CONVOLUTIONS, TRANSPOSED_SELF
 
 import shimkit.runtime.program as program
 from shimkit.audit.loader import load_model
@@ -102,38 +103,13 @@ class Row:
 
 ROWS = {
     "convolution reads its operands through sizes()": Row(
-        """
-        class Convolutions(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.first = torch.nn.Conv2d(3, 8, 3, padding=1)
-                self.second = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
-
-            def forward(self, x):
-                return self.second(self.first(x).relu())
-
-        def make():
-            torch.manual_seed(0)
-            return Convolutions(), (torch.randn(1, 3, 12, 12),)
-        """,
+        CONVOLUTIONS,
         "aoti_torch_mps_convolution reads its channels-last input as a contiguous NCHW buffer",
         Mutant("fallbacks/convolution.cpp", (
             ("input, contiguous_strides(input.view.sizes)", "input, input.view.strides"),
             ("weight, contiguous_strides(weight.view.sizes)", "weight, weight.view.strides")))),
     "mm reads self through sizes()": Row(
-        """
-        class TransposedSelf(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.weight = torch.nn.Parameter(torch.randn(6, 5))
-
-            def forward(self, x):
-                return torch.mm(x.t(), self.weight) * 2.0
-
-        def make():
-            torch.manual_seed(0)
-            return TransposedSelf(), (torch.randn(6, 4),)
-        """,
+        TRANSPOSED_SELF,
         "aoti_torch_mps_mm_out reads its strided self as a dense [M, K] buffer",
         Mutant("fallbacks/mm.cpp", (("self, {k, 1},", "self, self.view.strides,"),))),
     "SDPA aligns is_causal bottom-right": Row(

@@ -61,26 +61,30 @@ def test_the_zoos_cnn_is_wrong_on_the_stock_runtime_with_the_cause():
                for check in audit.numerics.checks)
 
 
+# Inductor's layout optimisation hands both convolutions channels-last operands.
+CONVOLUTIONS = """
+    class Convolutions(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.second = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+
+        def forward(self, x):
+            return self.second(self.first(x).relu())
+
+    def make():
+        torch.manual_seed(0)
+        return Convolutions(), (torch.randn(1, 3, 12, 12),)
+    """
+
+
 def test_the_convolution_plugins_dense_operands_are_what_keeps_the_program_right(tmp_path, monkeypatch):
     """The mutant: without the derivation from ``Shim.dense_operands`` shimkit's program is wrong as stock's is."""
     config = get_registry().backend_config("mps")
     assert inductor_options(config)["layout_optimization"] is False
     monkeypatch.setattr(shimkit.backend, "_LAID_OUT_BY_INDUCTOR", frozenset())
     assert "layout_optimization" not in inductor_options(config)
-    spec = _write_model(tmp_path, """
-        class Convolutions(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.first = torch.nn.Conv2d(3, 8, 3, padding=1)
-                self.second = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
-
-            def forward(self, x):
-                return self.second(self.first(x).relu())
-
-        def make():
-            torch.manual_seed(0)
-            return Convolutions(), (torch.randn(1, 3, 12, 12),)
-    """)
+    spec = _write_model(tmp_path, CONVOLUTIONS)
     audit = _execute(spec, plugins=True)
     assert audit.status == "wrong" and "pytorch/executorch#22951" in audit.numerics.checks[0].error
 
@@ -100,7 +104,7 @@ def test_a_shims_dense_operands_are_argument_names(operands, refused):
             make()
 
 
-_TRANSPOSED_SELF = """
+TRANSPOSED_SELF = """
     class TransposedSelf(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -120,7 +124,7 @@ def test_mm_reads_a_transposed_self_as_dense_stock_and_the_mm_plugins_dense_oper
     """op_mm.mm reads self through sizes() alone; Inductor hands it ``x.t()`` as a view. With shimkit the mm
     plugin's ``dense_operands=("self",)`` derives a contiguous copy; the mutant without that derivation is wrong
     again, with the cause."""
-    spec = _write_model(tmp_path, _TRANSPOSED_SELF)
+    spec = _write_model(tmp_path, TRANSPOSED_SELF)
     stock = _execute(spec, plugins=False)
     assert stock.status == "wrong"
     assert "aoti_torch_mps_mm_out reads its strided self as a dense [M, K] buffer" in stock.numerics.checks[0].error
