@@ -296,11 +296,19 @@ def _shim(runtime, symbol: str, *scalars) -> ctypes._CFuncPtr:
     return entry
 
 
-def _call_for_one_tensor(runtime, entry, x: torch.Tensor, *scalars) -> torch.Tensor:
-    """``entry(x, *scalars, &result)`` (it must succeed) and its result as a CPU tensor; every handle freed."""
+# ExecuTorch's Metal runtime allocates no buffer of 0 bytes (et_metal.mm:209-213), nor does the stand-in: on a Mac an
+# adapter whose result is empty fails there.
+NO_EMPTY_BUFFER = "Failed to allocate 0 bytes on Metal device"
+
+
+def _call_for_one_tensor(runtime, entry, x: torch.Tensor, *scalars) -> torch.Tensor | str:
+    """``entry(x, *scalars, &result)`` and its result as a CPU tensor, or the runtime's failure where the call
+    fails; every handle freed."""
     handle, result = program.tensor_handle(runtime, x), ctypes.c_void_p()
     try:
-        assert entry(handle, *scalars, ctypes.byref(result)) == 0, program.take_failure(runtime)
+        if entry(handle, *scalars, ctypes.byref(result)) != 0:
+            assert result.value is None
+            return program.take_failure(runtime)
         try:
             return program.tensor_from_handle(runtime, result.value)
         finally:
@@ -309,7 +317,7 @@ def _call_for_one_tensor(runtime, entry, x: torch.Tensor, *scalars) -> torch.Ten
         runtime.aoti_torch_delete_tensor_object(handle)
 
 
-def _fft_c2c(runtime, x: torch.Tensor, inverse: bool, normalization: int) -> torch.Tensor:
+def _fft_c2c(runtime, x: torch.Tensor, inverse: bool, normalization: int) -> torch.Tensor | str:
     entry = _shim(runtime, "aoti_torch_mps_fft_c2c", ctypes.c_int32, ctypes.c_int64)
     return _call_for_one_tensor(runtime, entry, x, int(inverse), normalization)
 
@@ -322,6 +330,10 @@ def test_fft_adapter_called_directly_matches_aten(runtime, shape, inverse, norma
 
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(shape[-2]))
     got = _fft_c2c(runtime, x, inverse, normalization)
+    if x.numel() == 0:  # its empty result
+        assert NO_EMPTY_BUFFER in got
+        return
+    assert isinstance(got, torch.Tensor), got
     want = fft_c2c(x, inverse, normalization)
     assert got.shape == x.shape
     largest = float(want.abs().amax()) if want.numel() else 1.0
@@ -447,7 +459,7 @@ def test_nonzero_result_read_by_later_kernels_computes_like_eager(tmp_path):
     _assert_ran_clean(audit, "at::_ops::nonzero::call")
 
 
-def _nonzero(runtime, x: torch.Tensor) -> torch.Tensor:
+def _nonzero(runtime, x: torch.Tensor) -> torch.Tensor | str:
     return _call_for_one_tensor(runtime, _shim(runtime, "aoti_torch_mps_nonzero"), x)
 
 
@@ -459,6 +471,10 @@ def _nonzero(runtime, x: torch.Tensor) -> torch.Tensor:
 ], ids=["float", "bool-3d", "int32", "0d-nonzero", "0d-zero", "empty", "all-zero-half"])
 def test_nonzero_adapter_called_directly_matches_aten(runtime, x):
     result = _nonzero(runtime, x)
+    if torch.nonzero(x).numel() == 0:  # nothing found: an empty result
+        assert NO_EMPTY_BUFFER in result
+        return
+    assert isinstance(result, torch.Tensor), result
     assert result.dtype == torch.int64
     assert torch.equal(result, torch.nonzero(x)) and result.stride() == torch.nonzero(x).stride()
 
