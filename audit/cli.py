@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 import warnings
+from pathlib import Path
 from typing import Any, Iterator, TextIO
 
 from shimkit._interrupts import interrupts_held
@@ -55,6 +56,16 @@ exit status: 0 all clean, 1 findings in a model (missing kernels or runtime func
 
 # About 11 days: the caller's wait on a worker (poll(2), in milliseconds of a C int) overflows past 24.8 days.
 LONGEST_TIMEOUT_S = 1e6
+
+
+def _metal_runtime_tree(text: str) -> Path:
+    """``--metal-runtime``'s value: an ExecuTorch checkout with a Metal runtime, refused while parsing otherwise."""
+    from shimkit.runtime.sources import checked_metal_runtime_tree
+
+    try:
+        return checked_metal_runtime_tree(text, "--metal-runtime")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--metal-runtime=")) from None
 
 
 def _timeout_seconds(text: str) -> float:
@@ -179,6 +190,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                              "with the host compiler, link shimkit's stand-in of ExecuTorch's Metal runtime and the "
                              "plugins' adapters, and run the whole program on the CPU against eager, as "
                              "--check-numerics does (Metal only)")
+    parser.add_argument("--metal-runtime", type=_metal_runtime_tree, default=None, metavar="DIR",
+                        help="with --execute: link ExecuTorch's own Metal runtime instead of shimkit's stand-in, "
+                             "compiled from the checkout DIR (its backends/apple/metal/runtime) against shimkit's "
+                             "Objective-C runtime and CPU Metal/MPSGraph (also: $SHIMKIT_METAL_RUNTIME=DIR)")
     parser.add_argument("-j", "--jobs", type=_workers, default=os.cpu_count() or 1, metavar="N",
                         help="audit models in N worker processes, one merged report (default: the number of "
                              "cores; one model is audited in this process, unless --timeout or --execute is "
@@ -315,6 +330,13 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
 
     target = TARGETS[args.backend]
     execute = args.execute
+    if args.metal_runtime is not None:
+        if not execute:
+            stderr.write("shimkit audit: --metal-runtime DIR chooses the runtime --execute links; give --execute\n")
+            return EXIT_INCOMPLETE
+        from shimkit.runtime.sources import METAL_RUNTIME_VARIABLE
+
+        os.environ[METAL_RUNTIME_VARIABLE] = str(args.metal_runtime)  # for this process and its workers
     if execute and target.device != "mps":
         stderr.write("shimkit audit: --execute runs generated Metal programs; --backend cuda checks numerics on the "
                      "GPU with --check-numerics\n")

@@ -44,6 +44,6 @@ def _defined_in(path: str, name: str) -> bool:
 def unserved(calls: Iterable[KernelCall], config: Any | None) -> list[KernelCall]:
     """The runtime calls among ``calls`` that neither the runtime's API nor a runtime source of ``config``'s
     plugins (``None``: stock, none) provides: the program would not link on a Mac."""
-    sources = (*config.kernel_sources, *config.standin_sources) if config is not None else ()
+    sources = config.kernel_sources if config is not None else ()
     return [call for call in calls if call.name not in runtime_api()
             and not any(_defined_in(source, call.name) for source in sources)]

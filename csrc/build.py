@@ -161,7 +161,8 @@ def compile_shared_library(stem: str, sources: Sequence[str | os.PathLike], *,
                            include_dirs: Sequence[str] = (), define_macros: Sequence[tuple[str, str]] = (),
                            library_dirs: Sequence[str] = (), libraries: Sequence[str] = (),
                            extra_flags: Sequence[str] = (), python_module: bool = False,
-                           suffix: str = ".so", depends: Iterable[str | os.PathLike] = ()) -> Path:
+                           suffix: str = ".so", depends: Iterable[str | os.PathLike] = (),
+                           objects: Sequence[str | os.PathLike] = ()) -> Path:
     """Compiles ``sources`` into one shared library, an entry of the artifact store (:mod:`shimkit.store`),
     and returns its path.
 
@@ -170,7 +171,7 @@ def compile_shared_library(stem: str, sources: Sequence[str | os.PathLike], *,
     Python and pybind11 include directories, ahead of ``include_dirs``. The library directories become its
     run path. ``depends`` are further files (headers elsewhere) whose contents the build depends on. Each
     source is compiled on its own, all at once, into an object stored the same way (:func:`_object`), then
-    linked.
+    linked, with ``objects`` that another compiler made (Objective-C++ from :mod:`shimkit.objc`; keyed by contents).
     """
     command = _library_command(include_dirs, define_macros, extra_flags, python_module)
     sources = _keep_for_platform(sources)
@@ -180,14 +181,16 @@ def compile_shared_library(stem: str, sources: Sequence[str | os.PathLike], *,
     read = [*sorted(sources), *sorted(str(h) for h in INCLUDE_DIR.rglob("*.h")), *sorted(str(d) for d in depends),
             *(str(header) for folder in sorted({Path(s).parent for s in sources}) for header in sorted(folder.glob("*.h")))]
     store = default_store()
+    prebuilt = [str(o) for o in objects]
     key = store.key("library", [stem, suffix, *command, "\0", *sources, "\0", *link, "\0",
-                                *(part for path in read for part in (path, Path(path).read_bytes()))])
+                                *(part for path in read for part in (path, Path(path).read_bytes())), "\0",
+                                *(Path(o).read_bytes() for o in prebuilt)])
     compile_command = _object_command(command)
 
     def produce(staging: Path) -> None:
         with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
-            objects = list(pool.map(lambda source: str(_object(store, compile_command, source)), sources))
-        result = run_compiler(command + objects + ["-o", str(staging / f"{stem}{suffix}")] + link)
+            compiled = list(pool.map(lambda source: str(_object(store, compile_command, source)), sources))
+        result = run_compiler(command + compiled + prebuilt + ["-o", str(staging / f"{stem}{suffix}")] + link)
         if result.returncode != 0:
             raise RuntimeError(f"linking {stem} failed:\n{shlex.join(result.args)}\n{result.stderr}")
 
@@ -338,20 +341,22 @@ def _resolved(name: str) -> str:
 
 
 def compile_host_module(name: str, sources: Sequence[str | os.PathLike], *, uses_sdk: bool = True,
-                        links_libtorch: bool = False, sanitize: bool = False) -> Path:
+                        links_libtorch: bool = False, sanitize: bool = False, objects: Sequence[str | os.PathLike] = (),
+                        library_dirs: Sequence[str] = (), libraries: Sequence[str] = ()) -> Path:
     """Builds a kernel's host module: a pybind11 extension named ``shimkit_kernel_<name>`` from
     ``sources`` (plus the SDK and ``shimkit/pybind.h``'s implementation), and returns its path.
 
     The bindings name the module with ``PYBIND11_MODULE(SHIMKIT_HOST_MODULE, m)``; ``name`` must be
     an identifier, since it reaches the compiler command line as that macro's value. ``links_libtorch``
     adds libtorch's headers and libraries, for c-shim adapters called with real ``AtenTensorHandle``\\ s.
+    ``objects`` another compiler made (a kernel's Objective-C++, :mod:`shimkit.testing.kernels`) are linked in,
+    with ``library_dirs`` and ``libraries`` besides libtorch's.
     """
     if not name.isidentifier():
         raise ValueError(f"host module name {name!r} is not an identifier")
     module = f"shimkit_kernel_{name}"
     include_dirs: list[str] = []
-    library_dirs: list[str] = []
-    libraries: list[str] = []
+    library_dirs, libraries = list(library_dirs), list(libraries)
     if links_libtorch:
         import torch.utils.cpp_extension as cpp_extension
 
@@ -364,7 +369,7 @@ def compile_host_module(name: str, sources: Sequence[str | os.PathLike], *, uses
         module, [*sdk, *map(str, sources)], include_dirs=include_dirs,
         define_macros=[("SHIMKIT_HOST_MODULE", module)], library_dirs=library_dirs, libraries=libraries,
         extra_flags=SANITIZER_FLAGS if sanitize else ("-O2",), python_module=True,
-        suffix=sysconfig.get_config_var("EXT_SUFFIX"))
+        suffix=sysconfig.get_config_var("EXT_SUFFIX"), objects=objects)
 
 
 def shimkit_module_sources() -> list[str]:

@@ -55,6 +55,9 @@ UNSUPPORTED = [
 ]
 METAL_HEADERS = re.compile(r"^\s*#\s*include\s*<(metal_\w+)>\s*$")
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
+# `constant` and `const` in one declaration, maybe with `constexpr`/`static` between: kept as `constant` and those.
+DOUBLE_CONST = re.compile(r"\bconstant((?:\s+(?:constexpr|static))*)\s+const\b"
+                          r"|\bconst((?:\s+(?:constexpr|static))*)\s+constant\b")
 HALF_LITERAL = re.compile(r"(?<![\w.])((?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)[hH]\b")
 SWIZZLE = re.compile(r"\.([xyzw]{2,4}|[rgba]{2,4})\b(?!\s*\()")
 SWIZZLE_INDEX = {c: i for i, c in enumerate("xyzw")} | {c: i for i, c in enumerate("rgba")}
@@ -356,8 +359,9 @@ def translate(text: str) -> Translation:
     text = HALF_LITERAL.sub(lambda m: f"half({m.group(1)}f)" if "." in m.group(1) or "e" in m.group(1).lower()
                             else f"half({m.group(1)}.0f)", text)
     text = SWIZZLE.sub(_swizzle, text)
-    # `constant` becomes `const`, so `constant const T*` (c10's error.h) would repeat the qualifier.
-    text = re.sub(r"\bconstant\s+const\b|\bconst\s+constant\b", "constant", text)
+    # `constant` becomes `const`, so `constant const T*` (c10's error.h) and `constant constexpr const int`
+    # (ExecuTorch's op_gather_qmv.mm) would repeat the qualifier, which g++ refuses (Apple's clang warns).
+    text = DOUBLE_CONST.sub(lambda m: f"constant{m.group(1) or m.group(2) or ''}", text)
     errors = "SHIMKIT_EXPORT const char* shimkit_last_error() { return ::shimkit_metal::last_error.c_str(); }"
     return Translation(text=f"{text}\n{errors}\n", kernels=kernels,
                        launchers=[launcher(kernel, index) for index, kernel in enumerate(kernels.values())])

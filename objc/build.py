@@ -149,6 +149,20 @@ def compile_command(source: str | os.PathLike, *, sanitize: bool = False, includ
     return command + list(extra_flags)
 
 
+def compile_objects(sources: Sequence[str | os.PathLike], *, sanitize: bool = False,
+                    include_dirs: Sequence[str] = (), extra_flags: Sequence[str] = ()) -> list[str]:
+    """The objects of ``sources`` (each compiled by :func:`compile_command`), from the store or compiled now, for a
+    library that another linker links: pass them with :func:`link_arguments`."""
+    return _objects([str(s) for s in sources], sanitize, include_dirs, extra_flags)
+
+
+def link_arguments(*, sanitize: bool = False) -> list[str]:
+    """What a library or program made of :func:`compile_objects`' objects links with: the framework library (built
+    now if need be; its folder on the run path) and the blocks runtime."""
+    framework = framework_library(sanitize=sanitize)
+    return [f"-L{framework.parent}", f"-Wl,-rpath,{framework.parent}", LIBRARY_FLAG, *LINK_LIBRARIES]
+
+
 def _objects(sources: Sequence[str], sanitize: bool, include_dirs: Sequence[str] = (),
              extra_flags: Sequence[str] = ()) -> list[str]:
     store = default_store()
@@ -195,7 +209,6 @@ def compile_objc(sources: Sequence[str | os.PathLike], output: str | os.PathLike
     into a process with the ASan runtime preloaded). Objects are cached in the store; ``output`` is written
     every call. Returns ``output``."""
     tools = toolchain()
-    framework = framework_library(sanitize=sanitize)
     compile_flags = [flag for flag in extra_flags if not _is_link_input(flag)]
     objects = _objects([str(s) for s in sources], sanitize, include_dirs, compile_flags)
     output = Path(output)
@@ -203,7 +216,7 @@ def compile_objc(sources: Sequence[str | os.PathLike], output: str | os.PathLike
     command = [tools.cxx, *objects, "-o", str(output)]
     if not executable:
         command.append("-shared")
-    command += [f"-L{framework.parent}", f"-Wl,-rpath,{framework.parent}", LIBRARY_FLAG, *LINK_LIBRARIES, *extra_flags]
+    command += [*link_arguments(sanitize=sanitize), *extra_flags]
     if sanitize:
         command += list(SANITIZE_FLAGS)
     result = run_compiler(command)

@@ -135,7 +135,6 @@ class BackendConfig:
     maps ``OpOverload`` to decomposition (ops without a shim here), ``custom_c_shims`` is the value for
     ``aot_inductor.custom_ops_to_c_shims``, ``passes`` are the graph passes in order and
     ``post_grad_passes`` the Inductor-side ones, ``kernel_sources`` the files a runtime build compiles
-    (``standin_sources``: what shimkit's Linux stand-in of the runtime compiles besides their plain C++ ones),
     ``pre_edge_decomposition_table`` the decompositions :meth:`prepare_for_edge` applies before ``to_edge``,
     ``edge_exceptions`` the ops :meth:`edge_compile_config` lets through the edge verifier.
     """
@@ -151,7 +150,6 @@ class BackendConfig:
     post_grad_pass_names: tuple[str, ...]
     kernel_sources: tuple[str, ...]
     kernel_providers: Mapping[str, Provision]
-    standin_sources: tuple[str, ...] = ()
     shadowed: tuple[Provision, ...] = field(default=())
     contests: tuple[Contest, ...] = field(default=())
     msl_shims: tuple[Shim, ...] = field(default=())
@@ -424,9 +422,6 @@ def derive_backend_config(registry: PluginSet, device: str) -> BackendConfig:
         post_grad_pass_names=tuple(n for n, _ in built["post_grad"]),
         pre_edge_passes=tuple(p for _, p in built["pre_edge"]),
         kernel_sources=sources,
-        standin_sources=tuple(dict.fromkeys(
-            path for kernel in (shim.kernel for shim in chosen.values()) if kernel is not None
-            for path in kernel.standin_paths)),
         msl_shims=tuple(shim for shim in chosen.values() if _declares_msl(shim)),
         kernel_providers=MappingProxyType(kernel_providers),
         shadowed=tuple(shadowed),

@@ -139,10 +139,9 @@ class Kernel:
     (functions or exported C symbols); loading checks them. ``uses_sdk`` compiles shimkit's kernel SDK
     (``shimkit/*.h`` helpers) into both builds. ``msl`` declares an MSL compute kernel (an
     :class:`MslKernel`) that shimkit's generated adapter dispatches: its host is ``shimkit.metal``.
-    ``standin_sources`` are portable C++ files that provide the kernel's shims in shimkit's Linux stand-in of
-    the device runtime (:mod:`shimkit.runtime.program`, which runs whole lowered programs), for a kernel whose
-    runtime sources need the device itself (Objective-C++ and MPSGraph, built only where ``__OBJC__`` is
-    defined); runtime sources that are plain C++ are compiled there as they are.
+    On Linux, shimkit's stand-in of the device runtime (:mod:`shimkit.runtime.program`, which runs whole lowered
+    programs) compiles the ``runtime_sources`` as they are: ``.cpp`` as C++, ``.mm`` as Objective-C++ against
+    :mod:`shimkit.objc`'s Metal and MPSGraph on the CPU.
 
     >>> kernel = Kernel(name="addmm", directory=str(KERNEL_DIR),
     ...                 runtime_sources=("addmm_plan.cpp", "addmm_metal.mm", "addmm_shim_mps.mm"),
@@ -156,7 +155,6 @@ class Kernel:
     directory: str
     runtime_sources: tuple[str, ...] = ()
     host_sources: tuple[str, ...] = ()
-    standin_sources: tuple[str, ...] = ()
     host_module: str | None = None
     entry_points: tuple[str, ...] = ()
     links_libtorch: bool = False
@@ -174,7 +172,7 @@ class Kernel:
         if not directory.is_dir():
             _fail("Kernel", label, f"directory {str(directory)!r} does not exist")
         object.__setattr__(self, "directory", str(directory))
-        for role in ("runtime_sources", "host_sources", "standin_sources"):
+        for role in ("runtime_sources", "host_sources"):
             sources = tuple(str(s) for s in getattr(self, role))
             object.__setattr__(self, role, sources)
             for source in sources:
@@ -221,11 +219,6 @@ class Kernel:
     def msl_path(self) -> str | None:
         """The absolute path of the MSL kernel's source, if the kernel declares one."""
         return str(Path(self.directory) / self.msl.source) if self.msl is not None else None
-
-    @property
-    def standin_paths(self) -> tuple[str, ...]:
-        """``standin_sources`` as absolute paths, for the Linux stand-in of the runtime."""
-        return tuple(str(Path(self.directory) / s) for s in self.standin_sources)
 
     @property
     def host_paths(self) -> tuple[str, ...]:

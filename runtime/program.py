@@ -12,8 +12,12 @@ the op plugins ship. Here the same wrapper source links against shimkit's stand-
 * the ``aoti_torch_*`` tensor functions over ExecuTorch ``etensor::Tensor`` handles (``libexecutorch.so``
   from the executorch wheel), as on the Mac;
 * CPU reference implementations of the runtime's own fallback kernels, under the same symbols;
-* every active plugin's runtime adapter (``Kernel.runtime_sources``, plain C++) and the registry's generated
-  MSL adapter, compiled as they would be into the Mac's runtime.
+* every active plugin's runtime adapter (``Kernel.runtime_sources``) and the registry's generated MSL adapter,
+  compiled as they would be into the Mac's runtime: ``.cpp`` as C++, ``.mm`` as Objective-C++ with clang against
+  :mod:`shimkit.objc`'s Metal and MPSGraph on the CPU, with the Objective-C part of ExecuTorch's Metal API
+  (``et_metal_objc.mm``: the device, ``ptr_to_mtl_buffer``, ``executeMPSGraph`` on the stream's command buffer).
+  Where clang or the blocks runtime is missing, a program that needs them cannot be run here
+  (:class:`~shimkit.objc.build.ObjCToolchainMissing`, a "could not run").
 
 :class:`MetalProgram` is one such program: ``MetalProgram(wrapper_source, constants)(*inputs)`` returns its
 outputs as CPU tensors. A symbol the program calls that nothing provides is a link error naming it; a
@@ -33,11 +37,13 @@ import torch
 
 import shimkit._progress as progress
 import shimkit.metal as metal_package
-from shimkit.csrc.build import (MSL_ADAPTER, PORTABLE_ROOTS, SOURCE_DIR, compile_objects, compile_shared_library,
-                                package_folder, sanitize_requested, sdk_sources, torch_include)
+from shimkit.csrc.build import (INCLUDE_DIR as CSRC_INCLUDE, MSL_ADAPTER, PORTABLE_ROOTS, SANITIZER_FLAGS, SOURCE_DIR,
+                                compile_objects, compile_shared_library, package_folder, sanitize_requested,
+                                sdk_sources, torch_include)
 from shimkit.registry.derive import BackendConfig
 from shimkit.runtime.generated import msl_adapter_source
-from shimkit.runtime.sources import RUNTIME_DIR, compile_core, compile_arguments, own_fallbacks, runtime_sources
+from shimkit.runtime.sources import (RUNTIME_DIR, UPSTREAM_RUNTIME_FOLDER, compile_arguments, compile_core,
+                                     metal_runtime_tree, own_fallbacks, runtime_sources)
 from shimkit.store import KEY_CHARS, EnvironmentFailure, default_store, digest_of, tree_digest
 
 # torch's ScalarType codes, which the AOTI ABI passes as int32, asked of libtorch (its aoti_torch_dtype_*
@@ -48,11 +54,12 @@ DTYPE_CODES = {dtype: getattr(_LIBTORCH, f"aoti_torch_dtype_{str(dtype).removepr
                              torch.float32, torch.float64, torch.bool, torch.bfloat16)}
 DTYPES = {code: dtype for dtype, code in DTYPE_CODES.items()}
 # How a wrapper is compiled: Inductor's cpp-wrapper for mps, without libtorch (ExecuTorch's
-# aot_inductor.link_libtorch=False).
-WRAPPER_FLAGS = ("-O1", "-DUSE_MPS", "-DC10_USING_CUSTOM_GENERATED_MACROS", "-Wno-unused-result",
-                 "-fvisibility=default")
-# Constants live in a weights blob ExecuTorch loads (package_constants_in_so=False): the embedded section
-# AOTInductor's runtime declares stays empty.
+# aot_inductor.link_libtorch=False), its constants in an external weights blob (ExecuTorch's
+# package_constants_on_disk_format="binary_blob", which makes Inductor define USE_MMAP_EXTERNAL): MetalBackend::init
+# hands the program that blob through AOTInductorModelUpdateConstantsFromBlob (metal_backend.cpp:382-392).
+WRAPPER_FLAGS = ("-O1", "-DUSE_MPS", "-DUSE_MMAP_EXTERNAL", "-DC10_USING_CUSTOM_GENERATED_MACROS",
+                 "-Wno-unused-result", "-fvisibility=default")
+# The embedded section AOTInductor's runtime declares stays empty.
 _EMBEDDED_CONSTANTS = "\n#include <cstdint>\nalignas(64) uint8_t _binary_constants_bin_start[16] = {};\nuint8_t _binary_constants_bin_end[1] = {};\n"
 
 
@@ -80,12 +87,10 @@ _DECLARATION = re.compile(r"\bAOTITorchError\s+aoti_torch_\w+\s*\([^;{}]*\)\s*;"
 
 
 def adapter_sources(config: BackendConfig) -> tuple[list[str], str]:
-    """What ``config``'s plugins put into the runtime here: their runtime sources as C++ (``.mm`` files are
-    plain C++ against ExecuTorch's Metal API; Objective-C ones are empty without ``__OBJC__``), their
-    stand-in sources, and the generated MSL adapter source. The SDK is in the runtime already."""
+    """What ``config``'s plugins put into the runtime here: their C++ and Objective-C++ runtime sources and the
+    generated MSL adapter source. The SDK is in the runtime already."""
     sdk = set(sdk_sources())
-    sources = [s for s in (*config.kernel_sources, *config.standin_sources)
-               if s.endswith((".cpp", ".cc", ".cxx", ".mm")) and s not in sdk]
+    sources = [s for s in config.kernel_sources if s.endswith((".cpp", ".cc", ".cxx", ".mm")) and s not in sdk]
     return list(dict.fromkeys(sources)), msl_adapter_source(config)
 
 
@@ -121,11 +126,20 @@ def program_runtime(config: BackendConfig | None, wrapper_source: str) -> Path:
     every, generated = adapter_sources(config)
     kernels = {id(p.shim.kernel): p.shim.kernel for p in config.kernel_providers.values()
                if p.shim is not None and p.shim.kernel is not None and p.shim.symbol in called}
-    reached = {path for kernel in kernels.values() for path in (*kernel.runtime_paths, *kernel.standin_paths)}
+    reached = {path for kernel in kernels.values() for path in kernel.runtime_paths}
     msl = any(kernel.msl is not None for kernel in kernels.values())
     if msl:
         reached.add(MSL_ADAPTER)
     return _runtime_library(tuple(path for path in every if path in reached), generated if msl else "", fallbacks)
+
+
+def upstream_program_runtime(tree: Path, config: BackendConfig | None) -> Path:
+    """ExecuTorch's own Metal runtime of the checkout ``tree`` (:mod:`shimkit.runtime.upstream`), with ``config``'s
+    plugin adapters (``None``: none, the stock runtime) compiled into it as ExecuTorch's build would."""
+    from shimkit.runtime.upstream import upstream_runtime_library
+
+    adapters, generated = adapter_sources(config) if config is not None else ([], "")
+    return upstream_runtime_library(tree, adapters, generated)
 
 
 def build_runtime_in_background(config: BackendConfig | None) -> None:
@@ -173,11 +187,36 @@ def _adapter_unit(path: str) -> str:
     return _unit(f"// Generated by shimkit.runtime.program: one runtime adapter, compiled as C++.\n{directive}\n")
 
 
+# The Objective-C part of ExecuTorch's Metal API, for adapters in Objective-C++.
+OBJC_API = RUNTIME_DIR / "et_metal_objc.mm"
+
+
+def _objc_objects(sources: Sequence[str], compiling: dict) -> list[str]:
+    """``sources`` (Objective-C++) compiled with clang against shimkit.objc, with the runtime's headers and macros;
+    with ``SHIMKIT_SANITIZE=1``, instrumented by clang's AddressSanitizer and UBSan, whose calls GCC's runtimes (which
+    ``csrc/sanitize.sh`` preloads) answer."""
+    from shimkit.objc.build import compile_objects as compile_objc_objects
+
+    flags = [*(f"-D{name}={value}" for name, value in (("SHIMKIT_WITH_METAL", "0"), *compiling["define_macros"])),
+             *(flag for flag in compiling["extra_flags"] if flag not in SANITIZER_FLAGS)]
+    return compile_objc_objects(sources, include_dirs=[str(CSRC_INCLUDE), *compiling["include_dirs"]],
+                                extra_flags=flags, sanitize=sanitize_requested())
+
+
 @functools.lru_cache(maxsize=16)
 def _runtime_library(adapters: tuple[str, ...], generated: str, fallbacks: tuple[str, ...] | None = None) -> Path:
-    units = [_adapter_unit(path) for path in adapters] + ([_unit(generated)] if generated else [])
+    objc = [path for path in adapters if path.endswith(".mm")]
+    units = [_adapter_unit(path) for path in adapters if path not in objc] + ([_unit(generated)] if generated else [])
     sources = runtime_sources(units, fallbacks)
     compiling = compile_arguments()
+    objects, library_dirs, libraries = [], [str(package_folder("executorch") / "lib")], ["executorch", "dl"]
+    if objc:
+        from shimkit.objc.build import framework_library
+
+        objects = _objc_objects([str(OBJC_API), *objc], compiling)
+        framework = framework_library(sanitize=sanitize_requested())
+        library_dirs.append(str(framework.parent))
+        libraries += [framework.name.removeprefix("lib").removesuffix(".so"), "BlocksRuntime"]
     # A program names its runtime in DT_NEEDED, and the loader binds that name to the first library of the
     # name a process has loaded: each runtime needs a name of its own, from what is in it.
     identity = digest_of([runtime_fingerprint(), generated, str(sanitize_requested()), repr(fallbacks),
@@ -185,19 +224,29 @@ def _runtime_library(adapters: tuple[str, ...], generated: str, fallbacks: tuple
     name = f"shimkit-metal-runtime-{identity[:KEY_CHARS]}"
     return compile_shared_library(
         name, sources, include_dirs=compiling["include_dirs"], define_macros=compiling["define_macros"],
-        library_dirs=[str(package_folder("executorch") / "lib")], libraries=["executorch", "dl"],
+        library_dirs=library_dirs, libraries=libraries, objects=objects,
         extra_flags=[*compiling["extra_flags"], "-Wl,-Bsymbolic", "-Wl,--no-undefined", f"-Wl,-soname,{name}.so"],
         depends=sorted({*(RUNTIME_DIR / "include").rglob("*.h"), *map(Path, adapters),
                         *(header for adapter in adapters for header in Path(adapter).parent.glob("*.h"))}))
 
 
-@functools.lru_cache(maxsize=1)
 def runtime_fingerprint() -> str:
     """A digest of what decides how a program runs here besides its own source: the runtime's sources and
-    headers, and shimkit.metal's translation of MSL (front end and metal_stdlib)."""
+    headers, shimkit.metal's translation of MSL (front end and metal_stdlib), shimkit.objc, and the ExecuTorch
+    checkout whose runtime programs link (:func:`metal_runtime_tree`), if one is given."""
+    tree = metal_runtime_tree()
+    return _fingerprint(str(tree) if tree is not None else "")
+
+
+@functools.lru_cache(maxsize=4)
+def _fingerprint(tree: str) -> str:
+    from shimkit.objc.build import OBJC_DIR
+
     metal = Path(metal_package.__file__).resolve().parent
+    upstream = [] if not tree else [tree, tree_digest(Path(tree) / UPSTREAM_RUNTIME_FOLDER),
+                                    tree_digest(Path(tree) / "backends" / "aoti")]
     return digest_of([tree_digest(RUNTIME_DIR), tree_digest(SOURCE_DIR / "sdk"), tree_digest(SOURCE_DIR / "include"),
-                      tree_digest(metal, ("*.py",)), tree_digest(metal / "include")])
+                      tree_digest(metal, ("*.py",)), tree_digest(metal / "include"), tree_digest(OBJC_DIR), *upstream])
 
 
 # AOTInductor pastes its runtime's interface (interface.cpp: the C functions that create and run a model
@@ -282,10 +331,11 @@ def compile_wrapper(source: str, runtime: Path) -> Path:
         raise
 
 
-def _link_wrapper(paths: list[Path], runtime: Path) -> Path:
+def _link_wrapper(paths: list[Path], runtime: Path, unbound: tuple[str, ...] = ()) -> Path:
+    sources = [str(path) for path in paths] + ([str(_unbound_unit(unbound))] if unbound else [])
     try:
         return compile_shared_library(
-            "metal-program", [str(path) for path in paths], include_dirs=[str(torch_include())],
+            "metal-program", sources, include_dirs=[str(torch_include())],
             library_dirs=[str(runtime.parent)], libraries=[f":{runtime.name}"],
             extra_flags=[*WRAPPER_FLAGS, "-Wl,--no-undefined"])
     except EnvironmentFailure:
@@ -293,10 +343,34 @@ def _link_wrapper(paths: list[Path], runtime: Path) -> Path:
     except RuntimeError as error:
         missing = sorted({line.split("undefined reference to `", 1)[1].split("'", 1)[0]
                           for line in str(error).splitlines() if "undefined reference to `" in line})
-        if missing:
+        if not missing:
+            raise
+        tree = metal_runtime_tree()
+        if tree is None:
             raise Unlinkable(f"the program calls {', '.join(missing)}, which neither shimkit's Metal runtime "
                              f"nor an active plugin provides") from None
-        raise
+        # A Mac loads the wrapper with its symbols bound lazily (AOTInductor links it -undefined dynamic_lookup):
+        # what only AOTInductor's own code names (aoti_torch_device_type_cuda, in its device checks) fails only if
+        # called. What the model's code calls, a fallback kernel the runtime lacks, is refused, as on a Mac.
+        called = set(_ABI_NAME.findall(_DECLARATION.sub("", "".join(Path(path).read_text() for path in paths))))
+        refused = [name for name in missing if name in called]
+        if refused or unbound:
+            raise Unlinkable(f"the program calls {', '.join(refused or missing)}, which neither ExecuTorch's "
+                             f"Metal runtime of {tree} nor an active plugin provides") from None
+        return _link_wrapper(paths, runtime, tuple(missing))
+
+
+def _unbound_unit(names: tuple[str, ...]) -> Path:
+    """A unit defining each of ``names`` (C identifiers a linker reported) as a function that fails when called,
+    recording which: what a lazily bound symbol the runtime lacks does on a Mac, where the call fails."""
+    lines = ["// Generated by shimkit.runtime.program: symbols the runtime lacks, bound to a failure.",
+             'extern "C" void shimkit_runtime_record_failure(const char* message);']
+    for name in names:
+        if not re.fullmatch(r"[A-Za-z_]\w*", name):
+            raise ValueError(f"{name!r} is not a C identifier")
+        lines.append(f'extern "C" int {name}(...) {{ shimkit_runtime_record_failure("{name}: called, but the '
+                     f'runtime does not provide it (a Mac binds it lazily and fails here)"); return 1; }}')
+    return Path(_unit("\n".join(lines) + "\n"))
 
 
 def _compiler_errors(output: str, wrapper: Path, limit: int = 6) -> str:
@@ -337,9 +411,13 @@ def _build_side_by_side(wrapper_source: str, config: BackendConfig | None) -> tu
             pass
 
     sources = _MSL_LITERAL.findall(wrapper_source)
+    tree = metal_runtime_tree()
     # A thread per build: each waits for a compiler slot (csrc.build's job limit), so none starves another.
     with ThreadPoolExecutor(max_workers=len(sources) + 2) as pool:
-        runtime = pool.submit(program_runtime, config, wrapper_source)
+        if tree is not None:
+            runtime = pool.submit(upstream_program_runtime, tree, config)
+        else:
+            runtime = pool.submit(program_runtime, config, wrapper_source)
         pool.submit(compile_wrapper_object, wrapper_source)
         progress.stage("building kernels", done=0, total=len(sources))
         for done, _ in enumerate(as_completed([pool.submit(library, source) for source in sources]), 1):
@@ -351,8 +429,12 @@ def _build_side_by_side(wrapper_source: str, config: BackendConfig | None) -> tu
         except EnvironmentFailure:
             raise
         except RuntimeError:  # a unit it left out is one a unit it kept calls: the whole runtime links
+            if tree is not None:
+                raise
             runtime_path = None
     progress.stage("building the program")
+    if tree is not None:
+        return runtime_path, compile_wrapper(wrapper_source, runtime_path)
     if runtime_path is not None:
         try:
             return runtime_path, compile_wrapper(wrapper_source, runtime_path)
@@ -390,8 +472,10 @@ _loaded: dict[Path, ctypes.CDLL] = {}
 _load_lock = threading.Lock()
 
 
-class _ConstantEntry(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("handle", ctypes.c_void_p)]
+def _storage_bytes(tensor: torch.Tensor) -> bytes:
+    """The bytes of ``tensor``'s whole storage, as Inductor writes a constant into the weights blob."""
+    storage = tensor.untyped_storage()
+    return bytes(ctypes.string_at(storage.data_ptr(), storage.nbytes())) if storage.nbytes() else b""
 
 
 def load_runtime(path: Path) -> ctypes.CDLL:
@@ -417,6 +501,11 @@ def load_runtime(path: Path) -> ctypes.CDLL:
             library.aoti_torch_get_dtype.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32)]
             library.aoti_torch_get_data_ptr.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
             library.aoti_torch_delete_tensor_object.argtypes = [ctypes.c_void_p]
+            library.aoti_torch_device_type_cpu.restype = ctypes.c_int32
+            library.aoti_torch_empty_strided.argtypes = [
+                ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64), ctypes.c_int32,
+                ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p)]
+            library.aoti_torch_copy_.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32]
             _loaded[path] = library
         return _loaded[path]
 
@@ -484,6 +573,29 @@ def tensor_handle(runtime: ctypes.CDLL, tensor: torch.Tensor, device_type: int |
     return handle.value
 
 
+def device_copy(runtime: ctypes.CDLL, tensor: torch.Tensor) -> int:
+    """A new mps tensor of the runtime holding ``tensor``'s values, made as MetalBackend::execute makes a program's
+    inputs (metal_backend.cpp:515-536 at cff6f4d): ``aoti_torch_empty_strided`` (the runtime's own memory, which it
+    registers as a Metal buffer), then ``aoti_torch_copy_`` from a cpu tensor over the caller's memory."""
+    source = tensor_handle(runtime, tensor, runtime.aoti_torch_device_type_cpu())
+    try:
+        rank = tensor.dim()
+        sizes = (ctypes.c_int64 * max(rank, 1))(*tensor.shape)
+        strides = (ctypes.c_int64 * max(rank, 1))(*tensor.stride())
+        handle = ctypes.c_void_p()
+        if (runtime.aoti_torch_empty_strided(rank, sizes, strides, DTYPE_CODES[tensor.dtype],
+                                             runtime.aoti_torch_device_type_mps(), 0, ctypes.byref(handle)) != 0
+                or handle.value is None):
+            raise ProgramError(f"could not allocate a {tensor.dtype} input {list(tensor.shape)}: "
+                               f"{take_failure(runtime)}")
+        if tensor.numel() and runtime.aoti_torch_copy_(handle, source, 0) != 0:
+            runtime.aoti_torch_delete_tensor_object(handle)
+            raise ProgramError(f"could not copy a {tensor.dtype} input {list(tensor.shape)}: {take_failure(runtime)}")
+        return handle.value
+    finally:
+        runtime.aoti_torch_delete_tensor_object(source)
+
+
 def tensor_from_handle(runtime: ctypes.CDLL, handle: int) -> torch.Tensor:
     """A CPU copy of the runtime tensor ``handle`` (which stays the caller's to delete)."""
     dim, dtype, data = ctypes.c_int64(), ctypes.c_int32(), ctypes.c_void_p()
@@ -541,30 +653,38 @@ class MetalProgram:
             raise ProgramError(f"{what} failed: {details or f'error code {code}'}")
 
     def _load_constants(self, constants: Mapping[str, torch.Tensor]) -> None:
+        """The weights blob ExecuTorch's MetalBackend loads, made as Inductor serializes it (codecache.py's
+        binary_blob: each constant not folded, in the program's order, its whole storage's bytes padded to the size
+        the program reads, ``GetConstantDataSize``), and handed to the program as MetalBackend::init does."""
         count = self._count("AOTInductorModelContainerGetNumConstants")
-        entries = (_ConstantEntry * max(count, 1))()
-        values: list[torch.Tensor] = []  # alive until the program has copied them
-        handles = []
-        try:
-            for index in range(count):
-                name, fqn = ctypes.c_char_p(), ctypes.c_char_p()
-                self._check(self.library.AOTInductorModelContainerGetConstantName(
-                    self._container, ctypes.c_size_t(index), ctypes.byref(name)), "reading a constant's name")
-                self._check(self.library.AOTInductorModelContainerGetConstantOriginalFQN(
-                    self._container, ctypes.c_size_t(index), ctypes.byref(fqn)), "reading a constant's name")
-                names = ((name.value or b"").decode(), (fqn.value or b"").decode())
-                key = next((k for k in reversed(names) if k in constants), None)
-                if key is None:
-                    raise ProgramError(f"no value for the program's constant {names[0]} ({names[1]})")
-                values.append(constants[key].detach().contiguous())
-                handles.append(tensor_handle(self.runtime, values[-1]))
-                entries[index] = _ConstantEntry(name.value, handles[-1])
-            pairs = self.library.AOTInductorModelContainerUpdateConstantBufferPairs
-            self._check(pairs(self._container, entries, ctypes.c_size_t(count), ctypes.c_bool(False),
-                              ctypes.c_bool(True)), "loading the constants")
-        finally:
-            for handle in handles:  # the program copied them into its own weights
-                self.runtime.aoti_torch_delete_tensor_object(handle)
+        parts: list[bytes] = []
+        for index in range(count):
+            folded, size = ctypes.c_bool(), ctypes.c_size_t()
+            self._check(self.library.AOTInductorModelContainerGetConstantFromFolded(
+                self._container, ctypes.c_size_t(index), ctypes.byref(folded)), "reading a constant")
+            if folded.value:
+                continue
+            name, fqn = ctypes.c_char_p(), ctypes.c_char_p()
+            self._check(self.library.AOTInductorModelContainerGetConstantName(
+                self._container, ctypes.c_size_t(index), ctypes.byref(name)), "reading a constant's name")
+            self._check(self.library.AOTInductorModelContainerGetConstantOriginalFQN(
+                self._container, ctypes.c_size_t(index), ctypes.byref(fqn)), "reading a constant's name")
+            self._check(self.library.AOTInductorModelContainerGetConstantDataSize(
+                self._container, ctypes.c_size_t(index), ctypes.byref(size)), "reading a constant's size")
+            names = ((name.value or b"").decode(), (fqn.value or b"").decode())
+            key = next((k for k in reversed(names) if k in constants), None)
+            if key is None:
+                raise ProgramError(f"no value for the program's constant {names[0]} ({names[1]})")
+            value = constants[key].detach()
+            data = _storage_bytes(value) if value.numel() else b""
+            if len(data) > size.value:
+                raise ProgramError(f"the program's constant {names[0]} ({names[1]}) holds {size.value} bytes, its value "
+                                   f"{list(value.shape)} {value.dtype} {len(data)}: not the tensor it was compiled with")
+            parts.append(data + bytes(size.value - len(data)))
+        blob = b"".join(parts)
+        buffer = ctypes.create_string_buffer(blob, max(len(blob), 1))  # the program copies it
+        self._check(self.library.AOTInductorModelUpdateConstantsFromBlob(self._container, buffer),
+                    "loading the constants")
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         if len(inputs) != self.num_inputs or not all(isinstance(i, torch.Tensor) for i in inputs):
@@ -572,7 +692,7 @@ class MetalProgram:
                                f"{[type(i).__name__ for i in inputs]}")
         kept = _as_execute_copies(inputs)
         self.divergences += [d for d in _inputs_made_contiguous(inputs) if d not in self.divergences]
-        handles = (ctypes.c_void_p * max(len(kept), 1))(*[tensor_handle(self.runtime, t) for t in kept])
+        handles = (ctypes.c_void_p * max(len(kept), 1))(*[device_copy(self.runtime, t) for t in kept])
         outputs = (ctypes.c_void_p * max(self.num_outputs, 1))()
         _compile_failures.message = None
         take_failure(self.runtime)  # a failure left by something else using the runtime is not this run's
@@ -580,6 +700,8 @@ class MetalProgram:
         code = self.library.AOTInductorModelContainerRun(
             self._container, handles, ctypes.c_size_t(len(kept)), outputs, ctypes.c_size_t(self.num_outputs),
             None, None)  # the inputs' handles are the program's now
+        if code == 0:  # as MetalBackend::execute: the stream's encoded work runs before the outputs are read
+            code = self.runtime.shimkit_runtime_synchronize()
         self.divergences += [d for d in take_divergences(self.runtime) if d not in self.divergences]
         try:
             try:

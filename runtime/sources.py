@@ -13,6 +13,7 @@ Nothing here imports torch or ExecuTorch (their folders are found, not imported)
 from __future__ import annotations
 
 import functools
+import os
 import re
 import signal
 import sys
@@ -25,6 +26,29 @@ from shimkit.csrc.build import (PORTABLE_ROOTS, SANITIZER_FLAGS, compile_objects
 RUNTIME_DIR = Path(__file__).resolve().parent / "native"
 # A fallback kernel of the runtime's own: a function it exports for the wrapper to call.
 _EXPORTED_SHIM = re.compile(r"AOTI_TORCH_EXPORT\s+AOTITorchError\s+(aoti_torch_\w+)\s*\(")
+
+
+# An ExecuTorch checkout whose own Metal runtime (backends/apple/metal/runtime, compiled against shimkit.objc by
+# shimkit.runtime.upstream) programs link in place of the stand-in: ``shimkit audit --execute --metal-runtime DIR``.
+METAL_RUNTIME_VARIABLE = "SHIMKIT_METAL_RUNTIME"
+UPSTREAM_RUNTIME_FOLDER = Path("backends") / "apple" / "metal" / "runtime"
+
+
+def metal_runtime_tree() -> Path | None:
+    """The ExecuTorch checkout ``$SHIMKIT_METAL_RUNTIME`` names (None: unset, the stand-in runs programs); a value that
+    is not one is a ValueError naming the variable and what is missing."""
+    value = os.environ.get(METAL_RUNTIME_VARIABLE)
+    if not value:
+        return None
+    return checked_metal_runtime_tree(value, METAL_RUNTIME_VARIABLE)
+
+
+def checked_metal_runtime_tree(value: str | os.PathLike, what: str) -> Path:
+    """``value`` resolved, if it is an ExecuTorch checkout with a Metal runtime; a ValueError naming ``what`` if not."""
+    tree = Path(value).expanduser().resolve()
+    if not (tree / UPSTREAM_RUNTIME_FOLDER).is_dir():
+        raise ValueError(f"{what}={str(value)!r}: not an ExecuTorch checkout (it has no {UPSTREAM_RUNTIME_FOLDER})")
+    return tree
 
 
 @functools.lru_cache(maxsize=1)

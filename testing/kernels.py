@@ -26,15 +26,17 @@ import importlib
 import importlib.machinery
 import importlib.util
 import sys
+import sysconfig
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
 from shimkit.backend import get_registry
-from shimkit.csrc.build import compile_host_module, sanitize_requested
+from shimkit.csrc.build import INCLUDE_DIR, compile_host_module, sanitize_requested
 from shimkit.metal import MSL_TYPES
 from shimkit.registry import Kernel, ShimkitPluginError
 from shimkit.registry.records import MslKernel
+from shimkit.store import EnvironmentFailure
 
 AOTI_TORCH_SUCCESS = 0
 
@@ -69,6 +71,8 @@ def _load(kernel: Kernel, sanitize: bool) -> ModuleType:
     elif kernel.host_sources:
         try:
             path = _build(kernel, sanitize)
+        except EnvironmentFailure:  # the machine lacks a tool (clang for Objective-C++): a "could not run"
+            raise
         except RuntimeError as error:
             raise KernelLoadError(f"kernel {kernel.name!r}: building its host module failed: {error}") from error
         module = _import_extension(f"shimkit_kernel_{kernel.name}", str(path))
@@ -136,8 +140,32 @@ def msl_kernel(kernel: Kernel, dtype: str) -> Callable[..., Any]:
 
 
 def _build(kernel: Kernel, sanitize: bool) -> Path:
-    return compile_host_module(kernel.name, kernel.host_paths, uses_sdk=kernel.uses_sdk,
-                               links_libtorch=kernel.links_libtorch, sanitize=sanitize)
+    """The host module, its Objective-C++ sources (``.mm``: an MPSGraph or Metal kernel) compiled with clang against
+    shimkit.objc's Metal and MPSGraph on the CPU and linked with its framework; with ``sanitize``, instrumented by
+    clang's AddressSanitizer and UBSan, whose calls GCC's runtimes (which ``csrc/sanitize.sh`` preloads) answer."""
+    objc = [path for path in kernel.host_paths if path.endswith(".mm")]
+    others = [path for path in kernel.host_paths if path not in objc]
+    objects: list[str] = []
+    library_dirs: list[str] = []
+    libraries: list[str] = []
+    if objc:
+        import pybind11
+
+        from shimkit.objc.build import compile_objects, framework_library
+
+        include_dirs = [str(INCLUDE_DIR), pybind11.get_include(), sysconfig.get_paths()["include"], kernel.directory]
+        if kernel.links_libtorch:
+            import torch.utils.cpp_extension as cpp_extension
+
+            include_dirs += cpp_extension.include_paths()
+        module = f"shimkit_kernel_{kernel.name}"
+        objects = compile_objects(objc, include_dirs=include_dirs, sanitize=sanitize,
+                                  extra_flags=[f"-DSHIMKIT_HOST_MODULE={module}", "-DSHIMKIT_WITH_METAL=0"])
+        framework = framework_library(sanitize=sanitize)
+        library_dirs = [str(framework.parent)]
+        libraries = [framework.name.removeprefix("lib").removesuffix(".so"), "BlocksRuntime"]
+    return compile_host_module(kernel.name, others, uses_sdk=kernel.uses_sdk, links_libtorch=kernel.links_libtorch,
+                               sanitize=sanitize, objects=objects, library_dirs=library_dirs, libraries=libraries)
 
 
 def _import_extension(name: str, path: str) -> ModuleType:

@@ -90,7 +90,7 @@ def library(upstream_addmm: bool = False, replaced: tuple[tuple[str, str], ...] 
     import torch.utils.cpp_extension as cpp_extension
 
     plugin_addmm = [ADDMM_KERNEL / "addmm_plan.cpp", ADDMM_KERNEL / "addmm_reference.cpp",
-                    ADDMM_KERNEL / "addmm_shim_standin.cpp"]
+                    Path(__file__).parent / "native" / "addmm_shim_host.cpp"]
     sources = [*(path for path in sorted(FALLBACKS.glob("*.cpp")) if upstream_addmm or path != UPSTREAM_ADDMM),
                *([] if upstream_addmm else plugin_addmm), *sdk_sources()]
     substitutes = dict(replaced)
@@ -101,7 +101,7 @@ def library(upstream_addmm: bool = False, replaced: tuple[tuple[str, str], ...] 
     flags = SANITIZER_FLAGS if sanitize_requested() else ("-O2",)
     path = compile_shared_library(
         name, sources,
-        include_dirs=cpp_extension.include_paths(),
+        include_dirs=[*cpp_extension.include_paths(), str(ADDMM_KERNEL)],
         library_dirs=cpp_extension.library_paths(), libraries=["torch", "torch_cpu", "c10"],
         extra_flags=(*flags, "-include", str(prototype_header())))
     lib = ctypes.CDLL(str(path))

@@ -236,7 +236,7 @@ def test_a_runtime_function_is_served_by_the_runtime_api_or_a_plugins_runtime_so
 
     class Config:
         def __init__(self, *sources):
-            self.kernel_sources, self.standin_sources = sources, ()
+            self.kernel_sources = sources
 
     assert unserved([get_size, get_sizes], None) == [get_size]
     assert unserved([get_size], Config(str(declared))) == [get_size]  # a declaration serves nothing

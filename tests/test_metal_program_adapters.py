@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -189,9 +190,9 @@ def test_a_sort_adapter_with_two_arguments_swapped_is_reported_wrong_naming_mode
                for check in audit.numerics.checks), audit.numerics
 
 
-# -- addmm (a stand-in source: its runtime adapter is Objective-C++ over MPSGraph) ---------------------------
+# -- addmm (its runtime adapter is Objective-C++ over MPSGraph, compiled against shimkit.objc) -----------------
 
-def test_addmm_standin_computes_linear_layers_in_the_program(tmp_path):
+def test_addmm_mpsgraph_adapter_computes_linear_layers_in_the_program(tmp_path):
     audit = _execute(_write_model(tmp_path, "addmm_model", """
         class Model(torch.nn.Module):
             def __init__(self):
@@ -210,6 +211,56 @@ def test_addmm_standin_computes_linear_layers_in_the_program(tmp_path):
             return model, (torch.randn(3, 6, generator=generator),)
     """))
     _assert_ran_clean(audit, "aoti_torch_mps_addmm_out")
+
+
+ADDMM_ADAPTER = ("addmm_plan.cpp", "addmm_metal.mm", "addmm_shim_mps.mm")
+# Before its fix, the adapter asked executeMPSGraph itself to wait, which upstream's ignores (et_metal.mm:1175-1188):
+# an `out` the kernel packs was unpacked from its staging buffer before the graph had written it.
+ADDMM_WAIT_MUTANT = ("addmm_shim_mps.mm", """    stream_->executeMPSGraph(graph, feeds, results);
+    if (wait) stream_->synchronize(SyncType::COMMIT_AND_WAIT);
+""", """    stream_->executeMPSGraph(graph, feeds, results, wait ? SyncType::COMMIT_AND_WAIT : SyncType::COMMIT);
+""")
+
+
+def _addmm_runtime(folder: Path) -> ctypes.CDLL:
+    """The stand-in runtime with the addmm adapter compiled from ``folder`` in place of the runtime's own addmm."""
+    fallbacks = tuple(path for path, shims in program.own_fallbacks().items()
+                      if "aoti_torch_mps_addmm_out" not in shims)
+    library = program._runtime_library(tuple(str(folder / name) for name in ADDMM_ADAPTER), "", fallbacks)
+    runtime = program.load_runtime(library)
+    runtime.aoti_torch_mps_addmm_out.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_double] * 2
+    return runtime
+
+
+def _addmm_into_strided_out(runtime: ctypes.CDLL) -> tuple[torch.Tensor, torch.Tensor]:
+    """``addmm`` into the left 5 columns of an [3, 8] buffer (an ``out`` the kernel packs), called as a program
+    calls it, then the stream synchronized as MetalBackend::execute does; the result and ATen's."""
+    generator = torch.Generator().manual_seed(5)
+    self, mat1, mat2 = (torch.randn(*shape, generator=generator) for shape in ((5,), (3, 4), (4, 5)))
+    out = torch.full((3, 8), float("nan"))[:, :5]
+    handles = [program.tensor_handle(runtime, tensor) for tensor in (out, self, mat1, mat2)]
+    try:
+        assert runtime.aoti_torch_mps_addmm_out(*handles, 0.5, 2.0) == 0, program.take_failure(runtime)
+        assert runtime.shimkit_runtime_synchronize() == 0, program.take_failure(runtime)
+    finally:
+        for handle in handles:
+            runtime.aoti_torch_delete_tensor_object(handle)
+    return out, torch.addmm(self, mat1, mat2, beta=0.5, alpha=2.0)
+
+
+def test_addmm_adapter_waits_for_its_graph_before_unpacking_out(tmp_path):
+    real = Path(sort_plugin.__file__).parents[1] / "addmm" / "kernel"
+    out, expected = _addmm_into_strided_out(_addmm_runtime(real))
+    torch.testing.assert_close(out, expected)
+
+    mutant = tmp_path / "kernel"
+    shutil.copytree(real, mutant)
+    name, fixed, broken = ADDMM_WAIT_MUTANT
+    text = (mutant / name).read_text()
+    assert text.count(fixed) == 1, "the mutant no longer matches the adapter"
+    (mutant / name).write_text(text.replace(fixed, broken))
+    out, expected = _addmm_into_strided_out(_addmm_runtime(mutant))
+    assert not torch.allclose(out, expected, equal_nan=False)
 
 
 # -- linalg ----------------------------------------------------------------------------------------------------

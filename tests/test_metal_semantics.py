@@ -470,3 +470,18 @@ def test_kernel_libraries_link_one_runtime_per_set_of_flags_and_share_its_worker
 
     with ThreadPoolExecutor(4) as host_threads:
         assert all(host_threads.map(launch_again_and_again, range(4)))
+
+
+def test_constant_and_const_in_one_declaration():
+    """`constant` is an address space with const's meaning here; a declaration that also says `const` (ExecuTorch's
+    op_gather_qmv.mm: `static constant constexpr const int SIMD_SIZE = 32;`, c10's `constant const T*`) compiles, as
+    Apple's compiler takes it."""
+    lib = compile_shader("""
+        static constant constexpr const int SCALE = 3;
+        constant const float OFFSET = 0.5f;
+        const constant int* unused_pointer(const constant int* p) { return p; }
+        kernel void f(device float* out, uint i [[thread_position_in_grid]]) { out[i] = i * SCALE + OFFSET; }
+    """)
+    out = torch.zeros(4)
+    lib.f(out)
+    assert out.tolist() == [0.5, 3.5, 6.5, 9.5]

@@ -624,6 +624,8 @@ void run_graph(const mps::Graph& graph, const std::vector<Binding>& feeds, const
   return [self recordTensor:method
                        name:name
                       build:[&](mps::Graph& g) {
+                        // Apple declares the indices NSUInteger and reads them signed: -1 is the last dimension
+                        // (upstream's op_mm.mm and PyTorch's MPS operations pass -2 and -1).
                         g.transpose(input, static_cast<int64_t>(dimensionIndex), static_cast<int64_t>(dimensionIndex2));
                       }];
 }

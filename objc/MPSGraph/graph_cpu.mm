@@ -496,8 +496,10 @@ int Graph::matmul(int lhs, int rhs) {
 int Graph::transpose(int input, int64_t dim0, int64_t dim1) {
   const TensorInfo& a = tensor(input);
   Op op(Kind::kTranspose, {input});
-  op.dim0 = checked_dimension(dim0, a.shape.size(), "transpose");
-  op.dim1 = checked_dimension(dim1, a.shape.size(), "transpose");
+  // A negative dimension counts from the end.
+  const auto rank = static_cast<int64_t>(a.shape.size());
+  op.dim0 = checked_dimension(dim0 < 0 ? dim0 + rank : dim0, a.shape.size(), "transpose");
+  op.dim1 = checked_dimension(dim1 < 0 ? dim1 + rank : dim1, a.shape.size(), "transpose");
   Shape shape = a.shape;
   std::swap(shape[static_cast<std::size_t>(op.dim0)], shape[static_cast<std::size_t>(op.dim1)]);
   return add(op, {{shape, a.type}});

@@ -6,8 +6,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #import "MTLStandIn.h"
@@ -27,6 +31,19 @@ constexpr NSUInteger kMaxInlineBytes = 4096;
 
 [[noreturn]] void raise_inconsistent(NSString* reason) {
   @throw [NSException exceptionWithName:NSInternalInconsistencyException reason:reason userInfo:nil];
+}
+
+// The shader backend registered last (Metal/ShimkitShaderBackend.h); each library keeps the one that made it.
+std::mutex backend_mutex;
+std::shared_ptr<const ShimkitShaderBackend> shader_backend;
+
+std::shared_ptr<const ShimkitShaderBackend> current_backend() {
+  std::lock_guard<std::mutex> lock(backend_mutex);
+  return shader_backend;
+}
+
+NSError* library_error(MTLLibraryError code, NSString* message) {
+  return [NSError errorWithDomain:MTLLibraryErrorDomain code:code userInfo:@{NSLocalizedDescriptionKey : message}];
 }
 
 void check_range(id<MTLBuffer> buffer, NSUInteger offset, NSUInteger length, const char* what) {
@@ -221,14 +238,174 @@ id<MTLBuffer, ShimkitBufferStorage> shimkit_buffer_storage(id<MTLBuffer> buffer,
 }
 @end
 
+
+// -- Libraries, functions, pipeline states -------------------------------------------------------------------
+
+@interface ShimkitMTLLibrary : ShimkitMTLObject <MTLLibrary>
+- (instancetype)initWithBackend:(std::shared_ptr<const ShimkitShaderBackend>)backend library:(void*)library;
+- (const ShimkitShaderBackend&)backend;
+@end
+
+@interface ShimkitMTLFunction : ShimkitMTLObject <MTLFunction>
+- (instancetype)initWithLibrary:(ShimkitMTLLibrary*)library
+                           name:(NSString*)name
+                         kernel:(void*)kernel
+                     maxThreads:(uint64_t)maxThreads;
+- (ShimkitMTLLibrary*)library;
+- (void*)kernel;
+- (uint64_t)maxThreads;
+@end
+
+@interface ShimkitMTLComputePipelineState : NSObject <MTLComputePipelineState>
+- (instancetype)initWithFunction:(ShimkitMTLFunction*)function;
+- (ShimkitMTLFunction*)function;
+@end
+
+@implementation ShimkitMTLLibrary {
+  std::shared_ptr<const ShimkitShaderBackend>* _backend;
+  void* _library;
+}
+- (instancetype)initWithBackend:(std::shared_ptr<const ShimkitShaderBackend>)backend library:(void*)library {
+  if ((self = [super init])) {
+    _backend = new std::shared_ptr<const ShimkitShaderBackend>(std::move(backend));
+    _library = library;
+  }
+  return self;
+}
+- (void)dealloc {
+  (*_backend)->delete_library(_library);
+  delete _backend;
+  [super dealloc];
+}
+- (const ShimkitShaderBackend&)backend {
+  return **_backend;
+}
+- (id<MTLDevice>)device {
+  return system_device();
+}
+- (id<MTLFunction>)newFunctionWithName:(NSString*)functionName {
+  void* kernel = nullptr;
+  uint64_t maxThreads = 0;
+  // Metal answers nil for a name that is no kernel of the library; the backend's reason is not part of its API.
+  if ((*_backend)->get_kernel(_library, [functionName UTF8String], &kernel, &maxThreads) != nullptr) return nil;
+  return [[ShimkitMTLFunction alloc] initWithLibrary:self name:functionName kernel:kernel maxThreads:maxThreads];
+}
+@end
+
+@implementation ShimkitMTLFunction {
+  ShimkitMTLLibrary* _library;  // retained: the kernel lives as long as its library
+  NSString* _name;
+  void* _kernel;
+  uint64_t _maxThreads;
+}
+- (instancetype)initWithLibrary:(ShimkitMTLLibrary*)library
+                           name:(NSString*)name
+                         kernel:(void*)kernel
+                     maxThreads:(uint64_t)maxThreads {
+  if ((self = [super init])) {
+    _library = [library retain];
+    _name = [name copy];
+    _kernel = kernel;
+    _maxThreads = maxThreads;
+  }
+  return self;
+}
+- (void)dealloc {
+  [_name release];
+  [_library release];
+  [super dealloc];
+}
+- (id<MTLDevice>)device {
+  return system_device();
+}
+- (NSString*)name {
+  return _name;
+}
+- (ShimkitMTLLibrary*)library {
+  return _library;
+}
+- (void*)kernel {
+  return _kernel;
+}
+- (uint64_t)maxThreads {
+  return _maxThreads;
+}
+@end
+
+@implementation ShimkitMTLComputePipelineState {
+  ShimkitMTLFunction* _function;
+}
+- (instancetype)initWithFunction:(ShimkitMTLFunction*)function {
+  if ((self = [super init])) _function = [function retain];
+  return self;
+}
+- (void)dealloc {
+  [_function release];
+  [super dealloc];
+}
+- (ShimkitMTLFunction*)function {
+  return _function;
+}
+- (NSString*)label {
+  return nil;
+}
+- (id<MTLDevice>)device {
+  return system_device();
+}
+- (NSUInteger)maxTotalThreadsPerThreadgroup {
+  return static_cast<NSUInteger>([_function maxThreads]);
+}
+- (NSUInteger)threadExecutionWidth {
+  return 32;
+}
+@end
+
+@implementation MTLArchitecture
+- (NSString*)name {
+  return @"shimkit-cpu";
+}
+- (id)copyWithZone:(NSZone*)zone {
+  return [self retain];
+}
+@end
+
 @interface ShimkitMTLComputeEncoder : ShimkitMTLEncoder <MTLComputeCommandEncoder>
 @end
 
-// Binds what Metal binds and checks what its validation checks, but cannot dispatch: no compute pipeline state
-// exists until MSL compilation is wired (see Metal.h).
-@implementation ShimkitMTLComputeEncoder
+namespace {
+
+// One argument-table entry: a buffer at an offset, or setBytes' copy.
+struct Binding {
+  id<MTLBuffer> buffer = nil;  // not retained: the command buffer retains what a dispatch uses, as Metal does
+  NSUInteger offset = 0;
+  std::shared_ptr<std::vector<unsigned char>> bytes;
+};
+
+}  // namespace
+
+// Binds what Metal binds and checks what its validation checks; a dispatch records the pipeline and a snapshot of
+// the argument table, and the shader backend runs it at commit.
+@implementation ShimkitMTLComputeEncoder {
+  ShimkitMTLComputePipelineState* _state;  // retained while set
+  std::map<NSUInteger, Binding>* _bindings;
+}
+- (instancetype)initWithCommandBuffer:(ShimkitMTLCommandBuffer*)commandBuffer {
+  if ((self = [super initWithCommandBuffer:commandBuffer])) _bindings = new std::map<NSUInteger, Binding>();
+  return self;
+}
+- (void)dealloc {
+  [_state release];
+  delete _bindings;
+  [super dealloc];
+}
 - (void)setComputePipelineState:(id<MTLComputePipelineState>)state {
   [self openCommandBuffer:"setComputePipelineState:"];
+  if (![(id)state isKindOfClass:[ShimkitMTLComputePipelineState class]]) {
+    raise_invalid(@"setComputePipelineState: not a pipeline state of this Metal device");
+  }
+  [(id)state retain];
+  [_state release];
+  _state = (ShimkitMTLComputePipelineState*)state;
 }
 - (void)setBytes:(const void*)bytes length:(NSUInteger)length atIndex:(NSUInteger)index {
   [self openCommandBuffer:"setBytes:length:atIndex:"];
@@ -236,21 +413,78 @@ id<MTLBuffer, ShimkitBufferStorage> shimkit_buffer_storage(id<MTLBuffer> buffer,
   if (length > kMaxInlineBytes) {
     raise_invalid([NSString stringWithFormat:@"setBytes: %lu bytes; at most 4096 may be set inline", length]);
   }
+  // Zero-padded to a multiple of 16 bytes: a kernel may read a value's whole vector type (a uint3 is 16 bytes).
+  auto copy = std::make_shared<std::vector<unsigned char>>((length + 15) / 16 * 16 + 16, 0);
+  if (length > 0) memcpy(copy->data(), bytes, length);
+  (*_bindings)[index] = Binding{nil, 0, std::move(copy)};
 }
 - (void)setBuffer:(id<MTLBuffer>)buffer offset:(NSUInteger)offset atIndex:(NSUInteger)index {
   [self openCommandBuffer:"setBuffer:offset:atIndex:"];
   if (index >= kMaxBufferArguments) raise_invalid([NSString stringWithFormat:@"setBuffer: index %lu >= 31", index]);
-  if (buffer != nil) check_range(buffer, offset, 0, "setBuffer:offset:atIndex: the offset's");
+  if (buffer == nil) {
+    _bindings->erase(index);
+    return;
+  }
+  shimkit_buffer_storage(buffer, "setBuffer:offset:atIndex: the buffer");
+  check_range(buffer, offset, 0, "setBuffer:offset:atIndex: the offset's");
+  (*_bindings)[index] = Binding{buffer, offset, nullptr};
+}
+- (void)encodeDispatch:(const char*)method grid:(MTLSize)grid group:(MTLSize)group threadgroups:(int)threadgroups {
+  ShimkitMTLCommandBuffer* commandBuffer = [self openCommandBuffer:method];
+  if (_state == nil) raise_inconsistent([NSString stringWithFormat:@"%s without a compute pipeline state", method]);
+  const NSUInteger total = group.width * group.height * group.depth;
+  if (total == 0 || total > _state.maxTotalThreadsPerThreadgroup) {
+    raise_invalid([NSString stringWithFormat:@"%s: a threadgroup of %lux%lux%lu threads; the pipeline state "
+                                             @"allows 1 to %lu",
+                                             method, group.width, group.height, group.depth,
+                                             _state.maxTotalThreadsPerThreadgroup]);
+  }
+  // The argument table as it is now, and what keeps it alive until the command has run.
+  std::vector<Binding> table(_bindings->empty() ? 0 : _bindings->rbegin()->first + 1);
+  NSMutableArray* resources = [NSMutableArray array];
+  for (const auto& [index, binding] : *_bindings) {
+    table[index] = binding;
+    if (binding.buffer != nil) [resources addObject:binding.buffer];
+  }
+  // The pipeline state (and through it the kernel's library) lives until the command ran, whatever the command
+  // buffer retains: a command buffer of unretained references may outlive a pipeline state released after encoding.
+  std::shared_ptr<void> state([_state retain], [](void* held) { [(id)held release]; });
+  ShimkitMTLFunction* function = [_state function];
+  const ShimkitShaderBackend* backend = &[[function library] backend];
+  void* kernel = [function kernel];
+  const uint64_t gridSize[3] = {grid.width, grid.height, grid.depth};
+  const uint64_t groupSize[3] = {group.width, group.height, group.depth};
+  [commandBuffer
+      shimkit_appendCommand:[=] {
+        std::vector<void*> arguments;
+        for (const Binding& binding : table) {
+          if (binding.bytes) {
+            arguments.push_back(binding.bytes->data());
+          } else if (binding.buffer != nil) {
+            arguments.push_back(static_cast<char*>([shimkit_buffer_storage(binding.buffer, "a dispatch's buffer")
+                                                       shimkit_bytes]) + binding.offset);
+          } else {
+            arguments.push_back(nullptr);
+          }
+        }
+        (void)state;
+        const char* failure =
+            backend->dispatch(kernel, arguments.data(), arguments.size(), gridSize, groupSize, threadgroups);
+        if (failure != nullptr) raise_inconsistent([NSString stringWithUTF8String:failure]);
+      }
+                  retaining:resources];
 }
 - (void)dispatchThreadgroups:(MTLSize)threadgroupsPerGrid threadsPerThreadgroup:(MTLSize)threadsPerThreadgroup {
-  [self openCommandBuffer:"dispatchThreadgroups:threadsPerThreadgroup:"];
-  raise_inconsistent(@"dispatchThreadgroups: no compute pipeline state exists on Linux yet: newLibraryWithSource: "
-                     @"is not wired to shimkit.metal");
+  [self encodeDispatch:"dispatchThreadgroups:threadsPerThreadgroup:"
+                  grid:threadgroupsPerGrid
+                 group:threadsPerThreadgroup
+          threadgroups:1];
 }
 - (void)dispatchThreads:(MTLSize)threadsPerGrid threadsPerThreadgroup:(MTLSize)threadsPerThreadgroup {
-  [self openCommandBuffer:"dispatchThreads:threadsPerThreadgroup:"];
-  raise_inconsistent(@"dispatchThreads: no compute pipeline state exists on Linux yet: newLibraryWithSource: is "
-                     @"not wired to shimkit.metal");
+  [self encodeDispatch:"dispatchThreads:threadsPerThreadgroup:"
+                  grid:threadsPerGrid
+                 group:threadsPerThreadgroup
+          threadgroups:0];
 }
 @end
 
@@ -446,7 +680,7 @@ id<MTLBuffer, ShimkitBufferStorage> shimkit_buffer_storage(id<MTLBuffer> buffer,
 }
 @end
 
-// -- Queues, shaders, the device -----------------------------------------------------------------------------
+// -- Queues, compile options, the device -----------------------------------------------------------------------------
 
 @interface ShimkitMTLCommandQueue : ShimkitMTLObject <MTLCommandQueue>
 @end
@@ -546,38 +780,52 @@ id<MTLBuffer, ShimkitBufferStorage> shimkit_buffer_storage(id<MTLBuffer> buffer,
                                    length:(NSUInteger)length
                                   options:(MTLResourceOptions)options
                               deallocator:(void (^)(void*, NSUInteger))deallocator {
-  if (pointer == nullptr || reinterpret_cast<uintptr_t>(pointer) % static_cast<uintptr_t>(getpagesize()) != 0) {
-    return nil;
-  }
+  if (pointer == nullptr) return nil;
   return [[ShimkitMTLBuffer alloc] initWithBytes:pointer length:length options:options deallocator:deallocator];
 }
 
 - (id<MTLLibrary>)newLibraryWithSource:(NSString*)source
                                options:(MTLCompileOptions*)options
                                  error:(__autoreleasing NSError**)error {
-  if (error != nullptr) {
-    *error = [NSError errorWithDomain:MTLLibraryErrorDomain
-                                 code:MTLLibraryErrorUnsupported
-                             userInfo:@{
-                               NSLocalizedDescriptionKey :
-                                   @"newLibraryWithSource: MSL compilation on Linux is not wired to shimkit.metal yet"
-                             }];
+  std::shared_ptr<const ShimkitShaderBackend> backend = current_backend();
+  if (backend == nullptr) {
+    if (error != nullptr) {
+      *error = library_error(MTLLibraryErrorUnsupported,
+                             @"newLibraryWithSource: no MSL compiler is registered in this process (a Metal program "
+                             @"on Linux needs shimkit.metal's, registered through shimkit_objc_set_shader_backend)");
+    }
+    return nil;
   }
-  return nil;
+  NSMutableString* text = [NSMutableString string];
+  for (NSString* name in options.preprocessorMacros) {
+    [text appendFormat:@"#define %@ %@\n", name, [options.preprocessorMacros[name] description]];
+  }
+  [text appendString:source];
+  void* library = nullptr;
+  if (const char* failure = backend->create_library([text UTF8String], &library)) {
+    if (error != nullptr) {
+      *error = library_error(MTLLibraryErrorCompileFailure, [NSString stringWithUTF8String:failure]);
+    }
+    return nil;
+  }
+  return [[ShimkitMTLLibrary alloc] initWithBackend:std::move(backend) library:library];
 }
 
 - (id<MTLComputePipelineState>)newComputePipelineStateWithFunction:(id<MTLFunction>)computeFunction
                                                              error:(__autoreleasing NSError**)error {
-  if (error != nullptr) {
-    *error = [NSError errorWithDomain:MTLLibraryErrorDomain
-                                 code:MTLLibraryErrorUnsupported
-                             userInfo:@{
-                               NSLocalizedDescriptionKey : @"newComputePipelineStateWithFunction: no MTLFunction of "
-                                                           @"this device exists on Linux yet (newLibraryWithSource: "
-                                                           @"is not wired to shimkit.metal)"
-                             }];
+  if (![(id)computeFunction isKindOfClass:[ShimkitMTLFunction class]]) {
+    if (error != nullptr) {
+      *error = library_error(MTLLibraryErrorUnsupported,
+                             @"newComputePipelineStateWithFunction: not a function of this Metal device");
+    }
+    return nil;
   }
-  return nil;
+  return [[ShimkitMTLComputePipelineState alloc] initWithFunction:(ShimkitMTLFunction*)computeFunction];
+}
+
+- (MTLArchitecture*)architecture {
+  static MTLArchitecture* const architecture = [[MTLArchitecture alloc] init];
+  return architecture;
 }
 
 - (id<MTLEvent>)newEvent {
@@ -590,4 +838,9 @@ id<MTLBuffer, ShimkitBufferStorage> shimkit_buffer_storage(id<MTLBuffer> buffer,
 
 id<MTLDevice> MTLCreateSystemDefaultDevice(void) {
   return [system_device() retain];
+}
+
+void shimkit_objc_set_shader_backend(const ShimkitShaderBackend* backend) {
+  std::lock_guard<std::mutex> lock(backend_mutex);
+  shader_backend = backend == nullptr ? nullptr : std::make_shared<const ShimkitShaderBackend>(*backend);
 }

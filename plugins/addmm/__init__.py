@@ -21,10 +21,10 @@ on torch's OpInfo samples in every dtype ATen supports):
 
 On mps the plugin ships its own ``aoti_torch_mps_addmm_out`` (the ``kernel/`` folder beside this file): a
 portable plan (validation, layouts, graph-cache key) plus an MPSGraph implementation, compiled by
-ExecuTorch's Metal runtime build from the kernel's ``runtime_sources``. Those Objective-C++ sources are
-compiled only where ``__OBJC__`` is defined and have not been run on a Mac by shimkit's CI; in whole programs
-on Linux (``shimkit audit --execute``) ``standin_sources`` provide the symbol: the same adapter body over the
-reference kernel. The kernel's host module (its
+ExecuTorch's Metal runtime build from the kernel's ``runtime_sources``. Those Objective-C++ sources have not
+been run on a Mac by shimkit's CI; on Linux they compile unchanged against shimkit.objc's Metal and MPSGraph on the
+CPU, which whole programs (``shimkit audit --execute``) run them through, and tests/test_objc_addmm.py runs
+``addmm_metal.mm`` under AddressSanitizer. The kernel's host module (its
 ``host_sources``) runs the same plan with a reference kernel on any machine, through pybind11 and as
 the c-shim ``shimkit_ref_addmm_out`` over real AtenTensorHandles (see docs/kernels.md).
 """
@@ -43,7 +43,6 @@ KERNEL = Kernel(
     name="addmm",
     directory=str(Path(__file__).resolve().parent / "kernel"),
     runtime_sources=("addmm_plan.cpp", "addmm_metal.mm", "addmm_shim_mps.mm"),
-    standin_sources=("addmm_reference.cpp", "addmm_shim_standin.cpp"),
     host_sources=("addmm_plan.cpp", "addmm_reference.cpp", "addmm_bindings.cpp", "addmm_shim_reference.cpp"),
     entry_points=("addmm_plan", "addmm_reference", "shimkit_ref_addmm_out", "shimkit_ref_last_error"),
     links_libtorch=True,

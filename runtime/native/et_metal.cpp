@@ -16,6 +16,8 @@
 #include <unordered_set>
 
 #include "shimkit/metal_dispatch.h"
+#include "runtime_errors.h"
+#include "shimkit/objc_hooks.h"
 
 namespace executorch {
 namespace backends {
@@ -208,9 +210,15 @@ ETMetalStream* ETMetalStream::getDefaultStream() {
   return &stream;
 }
 
-void ETMetalStream::synchronize(SyncType) {}
+void ETMetalStream::synchronize(SyncType syncType) {
+  if (shimkit_runtime_synchronize_encoded_work != nullptr) {
+    shimkit_runtime_synchronize_encoded_work(static_cast<int>(syncType));
+  }
+}
 
-void ETMetalStream::synchronize() {}
+void ETMetalStream::synchronize() {
+  synchronize(SyncType::COMMIT_AND_WAIT);
+}
 
 bool ETMetalStream::isEmpty() const {
   return true;
@@ -239,6 +247,20 @@ void synchronize_metal_stream() {
 
 void synchronize_metal_stream_with_type(int sync_type) {
   getCurrentMetalStream()->synchronize(static_cast<SyncType>(sync_type));
+}
+
+// What MetalBackend::execute does once the program has run (metal_backend.cpp:588), for the host that runs it here:
+// 0, or 1 with the failure recorded (an adapter's encoded MPSGraph work fails when it runs).
+extern "C" int32_t shimkit_runtime_synchronize() {
+  try {
+    synchronize_metal_stream();
+    return 0;
+  } catch (const std::exception& error) {
+    runtime::set_last_error(std::string("synchronize_metal_stream: ") + error.what());
+  } catch (...) {
+    runtime::set_last_error("synchronize_metal_stream: an exception that is no std::exception");
+  }
+  return 1;
 }
 
 namespace {

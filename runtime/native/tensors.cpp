@@ -24,6 +24,8 @@
 #include <executorch/backends/apple/metal/runtime/shims/memory.h>
 #include <executorch/backends/apple/metal/runtime/shims/tensor_attribute.h>
 
+#include "shimkit/objc_hooks.h"
+
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -114,6 +116,11 @@ int64_t extent(const std::vector<int64_t>& sizes, const std::vector<int64_t>& st
   return span;
 }
 
+// The bytes a tensor's layout reaches from its data pointer.
+size_t spanned_bytes(const HostTensor& host) {
+  return static_cast<size_t>(extent(host.sizes, host.strides)) * element_size(host.dtype);
+}
+
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
   std::vector<int64_t> strides(sizes.size());
   int64_t stride = 1;
@@ -155,6 +162,7 @@ Tensor* make_tensor(std::shared_ptr<Storage> storage, void* data, std::vector<in
                                             host->strides32.data());
   host->tensor = std::make_unique<Tensor>(host->impl.get());
   Tensor* handle = host->tensor.get();
+  shimkit::metal_runtime::data_pointer_made(data, spanned_bytes(*host));
   std::lock_guard<std::mutex> lock(registry_mutex);
   registry().emplace(handle, std::move(host));
   return handle;
@@ -469,6 +477,9 @@ AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t* sizes_ptr, 
 
 AOTITorchError aoti_torch_delete_tensor_object(AOTITensorHandle tensor) {
   return guarded(__func__, [&] {
+    // On a Mac the command buffer keeps the buffers of the work encoded on it alive; here that work runs before
+    // any memory it may read is freed.
+    shimkit::metal_runtime::run_encoded_work();
     std::unique_ptr<HostTensor> doomed;
     {
       std::lock_guard<std::mutex> lock(registry_mutex);
@@ -479,11 +490,13 @@ AOTITorchError aoti_torch_delete_tensor_object(AOTITensorHandle tensor) {
       doomed = std::move(it->second);
       registry().erase(it);
     }
+    shimkit::metal_runtime::data_pointer_released(doomed->impl->mutable_data(), spanned_bytes(*doomed));
   });
 }
 
 AOTITorchError aoti_torch_copy_(AOTITensorHandle self, AOTITensorHandle src, int32_t /*non_blocking*/) {
   return guarded(__func__, [&] {
+    shimkit::metal_runtime::run_encoded_work();
     const HostTensor& to = find(self, __func__);
     const HostTensor& from = find(src, __func__);
     if (to.dtype != from.dtype) {

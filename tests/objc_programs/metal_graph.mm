@@ -119,9 +119,13 @@ NSArray<MPSGraphTensor*>* build(MPSGraph* graph, std::istringstream& op, NSArray
   if (name == "neg") return @[ [graph negativeWithTensor:a name:nil] ];
   if (name == "matmul") return @[ [graph matrixMultiplicationWithPrimaryTensor:a secondaryTensor:b name:nil] ];
   if (name == "transpose") {
-    NSUInteger first = 0, second = 0;
+    // Signed: a negative dimension counts from the end, as the NSUInteger Apple declares it wraps to (upstream's
+    // op_mm.mm and PyTorch's MPS operations pass -2 and -1).
+    NSInteger first = 0, second = 0;
     op >> first >> second;
-    return @[ [graph transposeTensor:a dimension:first withDimension:second name:nil] ];
+    return @[ [graph transposeTensor:a dimension:static_cast<NSUInteger>(first)
+                       withDimension:static_cast<NSUInteger>(second)
+                                name:nil] ];
   }
   if (name == "broadcast") return @[ [graph broadcastTensor:a toShape:shape_of(read_sizes(op)) name:nil] ];
   if (name == "reshape") return @[ [graph reshapeTensor:a withShape:shape_of(read_sizes(op)) name:nil] ];

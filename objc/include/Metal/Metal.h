@@ -12,13 +12,15 @@
 // encoder opened before -endEncoding, a commit with an encoder still open, a second commit), and a range outside a
 // buffer raises NSRangeException.
 //
-// MSL is not compiled yet: -newLibraryWithSource:options:error: returns nil with an NSError. shimkit.metal compiles
-// MSL in Python, reached from C only through a resolver that a Python host registers (runtime/native/shim_mps.cpp);
-// a program of its own has none. So no MTLFunction or MTLComputePipelineState exists, and a compute dispatch
-// raises.
+// MSL is compiled and run by the shader backend a library of the process registers (Metal/ShimkitShaderBackend.h:
+// shimkit.metal, through shimkit.runtime.upstream's glue). A compute dispatch runs at -commit like every other
+// command, on the committing thread; a kernel that fails there (a buffer argument left unbound, a group larger than
+// the pipeline allows) makes -commit raise with the buffer's status MTLCommandBufferStatusError. Without a backend,
+// -newLibraryWithSource:options:error: returns nil with an NSError saying so.
 #pragma once
 
 #import <Foundation/Foundation.h>
+#import <Metal/ShimkitShaderBackend.h>
 
 #define MTL_EXTERN FOUNDATION_EXTERN
 #define MTL_INLINE NS_INLINE
@@ -163,7 +165,7 @@ typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
 - (void)didModifyRange:(NSRange)range;
 @end
 
-// -- Shaders (not available yet: see the top of this file) ---------------------------------------------------
+// -- Shaders (compiled by the registered backend: see the top of this file) ----------------------------------
 
 @interface MTLCompileOptions : NSObject <NSCopying>
 @property(nullable, readwrite, copy, nonatomic) NSDictionary<NSString*, NSObject*>* preprocessorMacros;
@@ -184,16 +186,17 @@ typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
 @protocol MTLLibrary <NSObject>
 @property(nullable, copy, atomic) NSString* label;
 @property(readonly) id<MTLDevice> device;
+// +1, as on Apple; nil for a name that is no kernel of the library.
 - (nullable id<MTLFunction>)newFunctionWithName:(NSString*)functionName;
-@property(readonly) NSArray<NSString*>* functionNames;
 @end
 
+// maxTotalThreadsPerThreadgroup is what shimkit.metal reports for the kernel (its
+// [[max_total_threads_per_threadgroup]], else 1024); threadExecutionWidth its simdgroup width, 32.
 @protocol MTLComputePipelineState <NSObject>
 @property(nullable, readonly) NSString* label;
 @property(readonly) id<MTLDevice> device;
 @property(readonly) NSUInteger maxTotalThreadsPerThreadgroup;
 @property(readonly) NSUInteger threadExecutionWidth;
-@property(readonly) NSUInteger staticThreadgroupMemoryLength;
 @end
 
 // -- Events --------------------------------------------------------------------------------------------------
@@ -220,6 +223,8 @@ typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
 // Copies the bytes now, as Metal does (at most 4 KiB).
 - (void)setBytes:(const void*)bytes length:(NSUInteger)length atIndex:(NSUInteger)index;
 - (void)setBuffer:(nullable id<MTLBuffer>)buffer offset:(NSUInteger)offset atIndex:(NSUInteger)index;
+// Raise NSInternalInconsistencyException without a pipeline state, NSInvalidArgumentException for a threadgroup
+// larger than its maxTotalThreadsPerThreadgroup or of size 0, as Metal's validation does; the kernel runs at commit.
 - (void)dispatchThreadgroups:(MTLSize)threadgroupsPerGrid threadsPerThreadgroup:(MTLSize)threadsPerThreadgroup;
 - (void)dispatchThreads:(MTLSize)threadsPerGrid threadsPerThreadgroup:(MTLSize)threadsPerThreadgroup;
 @end
@@ -262,8 +267,15 @@ typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
 
 // -- The device ----------------------------------------------------------------------------------------------
 
+// The GPU's family name (macOS 13): "shimkit-cpu" here. Upstream's runtime picks its commitAndContinue interval by
+// the name's last letter (p, g, s, d); any other letter gets its default, the interval of 'g'.
+@interface MTLArchitecture : NSObject <NSCopying>
+@property(readonly) NSString* name;
+@end
+
 @protocol MTLDevice <NSObject>
 @property(readonly) NSString* name;
+@property(readonly) MTLArchitecture* architecture;
 @property(readonly) MTLSize maxThreadsPerThreadgroup;
 @property(readonly) BOOL hasUnifiedMemory;
 - (nullable id<MTLCommandQueue>)newCommandQueue;
@@ -271,13 +283,17 @@ typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
 - (nullable id<MTLBuffer>)newBufferWithBytes:(const void*)pointer
                                       length:(NSUInteger)length
                                      options:(MTLResourceOptions)options;
-// `pointer` must be page-aligned (nil otherwise, as Metal refuses it); the deallocator, if any, is called with
-// (pointer, length) when the buffer is freed.
+// Any non-null `pointer`. Apple documents that it be page-aligned, but ExecuTorch's Metal runtime, which runs on Macs,
+// makes such buffers at each constant's offset in the weights blob (shim_mps.mm:436) and at each packed view's first
+// byte (memory.cpp:582): Metal evidently accepts them. The deallocator, if any, is called with (pointer, length) when
+// the buffer is freed.
 - (nullable id<MTLBuffer>)newBufferWithBytesNoCopy:(void*)pointer
                                             length:(NSUInteger)length
                                            options:(MTLResourceOptions)options
                                        deallocator:(void (^_Nullable)(void* pointer, NSUInteger length))deallocator;
-// nil, with an MTLLibraryErrorDomain error, until MSL compilation is wired (see the top of this file).
+// +1; nil with an MTLLibraryErrorDomain error (MTLLibraryErrorCompileFailure and the compiler's message, or
+// MTLLibraryErrorUnsupported without a shader backend). The options' preprocessorMacros are #defined before the
+// source; the math modes are not applied (shimkit.metal computes fast:: math as precise::).
 - (nullable id<MTLLibrary>)newLibraryWithSource:(NSString*)source
                                         options:(nullable MTLCompileOptions*)options
                                           error:(__autoreleasing NSError**)error;

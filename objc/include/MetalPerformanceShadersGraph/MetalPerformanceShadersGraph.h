@@ -187,6 +187,7 @@ typedef void (^MPSGraphExecutionCompletionHandler)(MPSGraphTensorDataDictionary*
 @interface MPSGraph (MPSGraphTensorShapeOps)
 // One dimension of `shape` may be -1: what the element count leaves.
 - (MPSGraphTensor*)reshapeTensor:(MPSGraphTensor*)tensor withShape:(MPSShape*)shape name:(nullable NSString*)name;
+// A dimension index is read signed, as Apple's is: (NSUInteger)-1 is the last dimension.
 - (MPSGraphTensor*)transposeTensor:(MPSGraphTensor*)tensor
                          dimension:(NSUInteger)dimensionIndex
                      withDimension:(NSUInteger)dimensionIndex2

@@ -1,6 +1,7 @@
-// aoti_torch_mps_addmm_out for ExecuTorch's Metal runtime. NOT COMPILED OR RUN ON LINUX, and not
-// built or run by shimkit's CI (no Mac was available): it is written against the headers of
-// executorch/backends/apple/metal/runtime (v1.5.1) as op_mm.mm uses them.
+// aoti_torch_mps_addmm_out for ExecuTorch's Metal runtime, written against the headers of
+// executorch/backends/apple/metal/runtime as op_mm.mm uses them. Not run on a Mac by shimkit's CI (none was
+// available); on Linux it compiles unchanged against shimkit.objc's Metal and MPSGraph on the CPU and the stand-in's
+// declaration of those headers, and whole programs (shimkit audit --execute) call it there.
 //
 // The same adapter body as the Linux reference symbol shimkit_ref_addmm_out (addmm_shim.h): handles
 // are read through ExecuTorch's AOTI accessors, the portable plan validates and decides, and
@@ -64,7 +65,10 @@ class ExecuTorchHost : public shimkit::metal::Host {
   void synchronize() override { stream_->synchronize(SyncType::COMMIT_AND_WAIT); }
   void run_graph(MPSGraph* graph, NSDictionary* feeds, NSDictionary* results, bool wait) override {
     stream_->endKernelCoalescing();
-    stream_->executeMPSGraph(graph, feeds, results, wait ? SyncType::COMMIT_AND_WAIT : SyncType::COMMIT);
+    // executeMPSGraph only encodes, whatever sync type it is given (et_metal.mm:1175-1188 at cff6f4d): waiting
+    // takes a synchronize of its own.
+    stream_->executeMPSGraph(graph, feeds, results);
+    if (wait) stream_->synchronize(SyncType::COMMIT_AND_WAIT);
   }
 
  private:

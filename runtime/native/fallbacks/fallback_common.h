@@ -151,6 +151,10 @@ void store_dense(const Arg& arg, const std::vector<float>& values);
 // for the host to report (shim_mps.cpp defines it); a build without the runtime (the tests over
 // libtorch) has none.
 extern "C" __attribute__((weak)) void shimkit_runtime_record_failure(const char* message);
+// Work an Objective-C++ adapter encoded on the stream to run later (shimkit/objc_hooks.h in the runtime; a build
+// without one has none). `sync_type` is a SyncType: kCommitAndWait commits it and waits.
+extern "C" __attribute__((weak)) void shimkit_runtime_synchronize_encoded_work(int sync_type);
+constexpr int kCommitAndWait = 2;
 // Where this call meets a known divergence: upstream's runtime computes something other than ATen here, and the
 // fallback computes what upstream does. The Linux Metal runtime keeps it for the host, which makes it the
 // verdict's cause even where the numbers happen to agree (an all-ones input); without the runtime, nothing.
@@ -182,6 +186,8 @@ Status write_out_as_upstream(const char* symbol, const char* file, const Arg& ou
 // ("<symbol>: <message>", read with shimkit_metal_fallback_last_error) and returned as nonzero.
 template <class Body>
 AOTITorchError run(const char* symbol, Body&& body) noexcept {
+  // Upstream's ops run after what the stream holds; these run at once, so what it holds runs first.
+  if (shimkit_runtime_synchronize_encoded_work != nullptr) shimkit_runtime_synchronize_encoded_work(kCommitAndWait);
   const StatusCode code = aoti::run_shim(symbol, body, [](const std::string& message) {
     if (shimkit_runtime_record_failure != nullptr) shimkit_runtime_record_failure(message.c_str());
   });

@@ -37,6 +37,8 @@ void dispatch(Kernel* kernel, const uint64_t* threads, size_t threads_size, cons
 // dispatchThreadgroups: whole groups, grid counted in groups.
 void dispatch_threadgroups(Kernel* kernel, const uint64_t grid[3], const uint64_t group[3]);
 uint64_t max_threads_per_threadgroup(const Kernel* kernel);
+// The buffer indices the kernel has ([[buffer(n)]], n below this).
+size_t buffer_argument_count(const Kernel* kernel);
 
 }  // namespace metal_runtime
 }  // namespace shimkit

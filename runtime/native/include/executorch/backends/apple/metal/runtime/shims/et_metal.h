@@ -8,7 +8,19 @@
 // Where upstream logs a failure from a void method and carries on (the dispatch silently not happening),
 // this stand-in throws std::runtime_error naming the kernel: the adapters call these methods inside
 // runCommandBlock, and the C ABI layer that calls the adapters turns the exception into an error code.
+//
+// Compiled as Objective-C++ (an adapter's .mm, against shimkit.objc's Metal and MPSGraph), it declares upstream's
+// Objective-C part too: the device, the data-pointer-to-buffer map, the stream's command buffer and
+// executeMPSGraph. runtime/native/et_metal_objc.mm implements them; the C++ stand-in never sees them.
 #pragma once
+
+#ifdef __OBJC__
+#import <Foundation/Foundation.h>
+#import <Metal/Metal.h>
+@class MPSGraph;
+@class MPSCommandBuffer;
+#include <unordered_map>
+#endif
 
 #include <cstddef>
 #include <cstdint>
@@ -108,6 +120,17 @@ class ETMetalStream {
   void synchronize();
   bool isEmpty() const;
   void endKernelCoalescing();
+
+#ifdef __OBJC__
+  id<MTLDevice> device() const;
+  id<MTLCommandQueue> commandQueue() const;
+  // The command buffer MPSGraph work is encoded on, made when first asked for; synchronize commits it.
+  MPSCommandBuffer* commandBuffer();
+  // Encodes the graph on commandBuffer() and no more: upstream ignores `syncType` (et_metal.mm:1175-1188), so the
+  // work runs at the next synchronize (or before the next work the stand-in runs at once).
+  void executeMPSGraph(MPSGraph* mpsGraph, NSDictionary* feeds, NSDictionary* results,
+                       SyncType syncType = SyncType::COMMIT_ADAPTIVE);
+#endif
 };
 
 ETMetalStream* getCurrentMetalStream();
@@ -132,7 +155,19 @@ void metal_cleanup_resources();
 // metal_deallocate_buffer forgets it and leaves it to the caller.
 bool metal_buffer_nocopy(void* ptr, size_t nbytes, bool map_ptr_to_buffer);
 
+#ifdef __OBJC__
+id<MTLDevice> get_metal_device();
+id<MTLCommandQueue> get_metal_command_queue();
+#endif
+
 }  // extern "C"
+
+#ifdef __OBJC__
+// Every data pointer a live tensor of this runtime has (views included, at their offset), with a buffer over
+// the bytes from it to the end of what the tensor spans: what upstream registers at each allocation, no-copy view and
+// constant (et_metal.mm:209-243, memory.cpp:578-586, shim_mps.mm:436).
+extern std::unordered_map<void*, id<MTLBuffer>> ptr_to_mtl_buffer;
+#endif
 
 }  // namespace metal
 }  // namespace backends

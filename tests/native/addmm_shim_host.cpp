@@ -1,11 +1,8 @@
-// aoti_torch_mps_addmm_out in shimkit's Linux stand-in of ExecuTorch's Metal runtime (runtime/native,
-// where whole lowered programs run: shimkit audit --execute). On the Mac the symbol is addmm_shim_mps.mm's
-// (MPSGraph); here it is the same adapter body (addmm_shim.h) and the same portable plan, with the plugin's
-// reference kernel as the device: float32, bfloat16 and float16, accumulated in float32 and rounded once;
-// beta == 0 ignores self and alpha == 0 ignores the product; any strides. The runtime's "mps" buffers are
-// host memory, which the reference kernel reads directly.
-//
-// Compiled from the kernel's standin_sources, with addmm_plan.cpp (a runtime source) and addmm_reference.cpp.
+// aoti_torch_mps_addmm_out over host memory, for the fallback tests (tests/fallback_helpers.py): the addmm plugin's
+// adapter body (addmm_shim.h) and portable plan with its reference kernel as the device, over libtorch's AOTI tensor
+// API, under the runtime's symbol, so that its rules (validation, float32 accumulation rounded once, beta == 0 and
+// alpha == 0, any strides) are checked beside the runtime's own fallbacks. Whole programs run the plugin's real
+// Objective-C++ adapter (addmm_shim_mps.mm over MPSGraph) instead: shimkit.runtime.program.
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 
 #include <string>
