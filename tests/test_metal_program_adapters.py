@@ -393,7 +393,7 @@ def test_fft_adapter_called_directly_matches_aten(runtime, shape, inverse, norma
 
 def test_fft_adapter_refuses_what_is_not_contiguous_float32_pairs(runtime):
     entry = _shim(runtime, "aoti_torch_mps_fft_c2c", ctypes.c_int32, ctypes.c_int64)
-    for bad, normalization in ((torch.zeros(4, 3), 0), (torch.zeros(4, 2, dtype=torch.float64), 0),
+    for bad, normalization in ((torch.zeros(4, 3), 0), (torch.zeros(2, 4, dtype=torch.int32), 0),
                                (torch.zeros(2, 4).mT, 0), (torch.zeros(4, 2), 3), (torch.zeros(0, 2), 0)):
         handle, result = program.tensor_handle(runtime, bad), ctypes.c_void_p()
         try:
@@ -518,8 +518,8 @@ def _nonzero(runtime, x: torch.Tensor) -> torch.Tensor | str:
     torch.tensor([[0.0, 1.5, 0.0, -0.0], [float("nan"), 0.0, 0.0, 2.0]]),
     torch.arange(24).reshape(2, 3, 4) % 5 == 0,
     torch.arange(-6, 6, dtype=torch.int32).reshape(3, 4),
-    torch.tensor(3.0), torch.tensor(0.0), torch.zeros(0, 3), torch.zeros(5, dtype=torch.float16),
-], ids=["float", "bool-3d", "int32", "0d-nonzero", "0d-zero", "empty", "all-zero-half"])
+    torch.tensor(3.0), torch.tensor(0.0), torch.zeros(0, 3), torch.zeros(5, dtype=torch.bfloat16),
+], ids=["float", "bool-3d", "int32", "0d-nonzero", "0d-zero", "empty", "all-zero-bfloat16"])
 def test_nonzero_adapter_called_directly_matches_aten(runtime, x):
     result = _nonzero(runtime, x)
     if torch.nonzero(x).numel() == 0:  # nothing found: an empty result
@@ -544,7 +544,15 @@ def _logaddexp_out(runtime, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor)
             runtime.aoti_torch_delete_tensor_object(handle)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64, torch.int8, torch.int16])
+def test_the_runtime_makes_no_tensor_of_a_dtype_upstreams_refuses(runtime, dtype):
+    """ExecuTorch's Metal runtime makes tensors of uint8, int32, int64, float32, bool and bfloat16 alone (utils.cpp:
+    22-40): a program (or an adapter) never gets a float16 tensor on a Mac, and neither does it here."""
+    with pytest.raises(program.ProgramError, match=f"Unsupported dtype: {program.DTYPE_CODES[dtype]}"):
+        program.tensor_handle(runtime, torch.zeros(3, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_msl_elementwise_adapter_called_directly_matches_aten(runtime, dtype):
     symbols = [shim.symbol for shim in _config().elementwise_msl_shims]
     if "aoti_torch_mps_logaddexp_out" not in symbols:

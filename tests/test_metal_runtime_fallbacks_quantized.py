@@ -135,7 +135,7 @@ def gather_qmv_call(x, w, scales, biases, indices, group_size):
 
 
 @EXAMPLES
-@given(dtype=st.sampled_from(METAL_DTYPES), pairs=st.integers(0, 4), experts=st.integers(1, 3), n=st.integers(1, 5),
+@given(dtype=st.sampled_from(METAL_DTYPES), pairs=st.integers(1, 4), experts=st.integers(1, 3), n=st.integers(1, 5),
        group_size=st.sampled_from((32, 64, 128)), groups=st.integers(1, 2), seed=SEEDS, layout=LAYOUTS)
 def test_gather_qmv_matches_executorchs_reference(dtype, pairs, experts, n, group_size, groups, seed, layout):
     from executorch.backends.apple.metal.ops.gather_qmv import gather_qmv as reference
@@ -157,7 +157,7 @@ def test_gather_qmv_matches_executorchs_reference(dtype, pairs, experts, n, grou
     exact = (weights * x.double().unsqueeze(1)).sum(-1)
     magnitude = (weights.abs() * x.double().abs().unsqueeze(1)).sum(-1)
     assert_rounded_once(output, exact, (k + 4) * U32 * magnitude)
-    if dtype == torch.float32 and pairs:  # ExecuTorch's own reference, which rounds the weights to the scales' dtype first
+    if dtype == torch.float32:  # ExecuTorch's own reference, which rounds the weights to the scales' dtype first
         torch.testing.assert_close(output, reference(x, w, scales, biases, indices, group_size), rtol=1e-5, atol=1e-5,
                                    equal_nan=True)
 
@@ -175,6 +175,7 @@ def test_gather_qmv_matches_executorchs_reference(dtype, pairs, experts, n, grou
     ("x_dtype", ("Unsupported dtype float16 of x",)),
     ("w_rank", ("w must be 3D [E, N, K_packed], got 2",)),
     ("short_scales", ("scales", "spans fewer elements than op_gather_qmv.mm reads", "past its end")),
+    ("no_pairs", ("aoti_torch_mps_malloc did not register buffer in map", "0-byte output")),
 ])
 def test_gather_qmv_refuses_what_it_cannot_compute(case, words):
     x, w = torch.ones(2, 64), torch.zeros(3, 4, 32, dtype=torch.uint8)
@@ -189,6 +190,8 @@ def test_gather_qmv_refuses_what_it_cannot_compute(case, words):
         indices = strided(indices, "sliced")
     elif case == "index_count":
         indices = indices[:1]
+    elif case == "no_pairs":
+        x, indices = x[:0], indices[:0]
     elif case == "short_scales":  # the expert stride 0: ATen broadcasts one expert's scales, the dense read overruns
         scales = torch.ones(1, 4, 2).expand(3, 4, 2)
     elif case == "scales_dtype":
@@ -296,3 +299,29 @@ def test_gated_delta_rule_refuses_what_upstream_refuses(case, words):
     status, result = gated_delta_call(q, k, v, g, beta, state)
     assert_fails(status, "aoti_torch_mps_gated_delta_rule: ", *words)
     assert result.value is None and torch.equal(state, before)
+
+
+@pytest.mark.parametrize("n, diverges", [(4, False), (5, True), (7, True), (8, False)])
+def test_gather_qmv_notes_upstreams_undefined_small_n_path_in_the_runtime(n, diverges):
+    """In the runtime programs link, an N between 4 and 8 is a divergence (upstream's small-N path writes past its
+    4-element result[] and races: op_gather_qmv.mm:270-300), which makes a program's verdict wrong."""
+    from shimkit.runtime import program
+
+    runtime = program.load_runtime(program.runtime_library(None))
+    runtime.aoti_torch_mps_gather_qmv.argtypes = [H] * 5 + [ctypes.c_int64, ctypes.POINTER(H)]
+    x, w = torch.ones(2, 32), torch.zeros(1, n, 16, dtype=torch.uint8)
+    scales, biases, indices = torch.ones(1, n, 1), torch.zeros(1, n, 1), torch.zeros(2, dtype=torch.int32)
+    handles = [program.tensor_handle(runtime, tensor) for tensor in (x, w, scales, biases, indices)]
+    result = H()
+    program.take_divergences(runtime)
+    try:
+        assert runtime.aoti_torch_mps_gather_qmv(*handles, 32, ctypes.byref(result)) == 0, program.take_failure(runtime)
+        met = program.take_divergences(runtime)
+        assert torch.equal(program.tensor_from_handle(runtime, result.value), torch.zeros(2, n))
+    finally:
+        for handle in (*handles, result.value):
+            if handle:
+                runtime.aoti_torch_delete_tensor_object(handle)
+    assert [symbol for symbol, _, _ in met] == (["aoti_torch_mps_gather_qmv"] if diverges else [])
+    if diverges:
+        assert "small-N path" in met[0][1] and met[0][2] == f"N = {n}"

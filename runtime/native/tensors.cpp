@@ -95,6 +95,20 @@ size_t element_size(int32_t dtype) {
 
 std::string dtype_text(int32_t dtype) { return "dtype code " + std::to_string(dtype); }
 
+// The dtypes ExecuTorch's Metal runtime makes tensors of (utils.cpp:22-33 at cff6f4d): uint8, int32, int64, float32,
+// bool and bfloat16. Upstream refuses any other where it makes, copies or views a tensor (memory.cpp:80, 153,
+// 291-293, 499, 636), float16 among them, with this message.
+void validate_dtype(int32_t dtype) {
+  switch (dtype) {
+    case kUInt8: case kInt32: case kInt64: case kFloat32: case kBool: case kBFloat16:
+      return;
+    default:
+      throw std::invalid_argument("Unsupported dtype: " + std::to_string(dtype) +
+                                  " (ExecuTorch's Metal runtime makes tensors of uint8, int32, int64, float32, bool "
+                                  "and bfloat16 alone: utils.cpp:22-40)");
+  }
+}
+
 HostTensor& find(Tensor* handle, const char* function) {
   std::lock_guard<std::mutex> lock(registry_mutex);
   auto it = registry().find(handle);
@@ -451,6 +465,8 @@ AOTITorchError aoti_torch_create_tensor_from_blob_v2(void* data, int64_t ndim, c
                                   std::to_string(layout) + ")");
     });
   }
+  const AOTITorchError refused = guarded(__func__, [&] { validate_dtype(dtype); });
+  if (refused != Error::Ok) return refused;
   return aoti::aoti_torch_create_tensor_from_blob(data, ndim, sizes_ptr, strides_ptr, storage_offset, dtype,
                                                   device_type, device_index, ret_new_tensor);
 }
@@ -459,6 +475,7 @@ AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t* sizes_ptr, 
                                         int32_t dtype, int32_t device_type, int32_t device_index,
                                         AOTITensorHandle* ret_new_tensor) {
   return guarded(__func__, [&] {
+    validate_dtype(dtype);
     auto sizes = read_dims(ndim, sizes_ptr, "sizes", __func__);
     auto strides = strides_ptr == nullptr ? contiguous_strides(sizes) : read_dims(ndim, strides_ptr, "strides", __func__);
     const int64_t numel = count_elements(sizes);
@@ -499,6 +516,8 @@ AOTITorchError aoti_torch_copy_(AOTITensorHandle self, AOTITensorHandle src, int
     shimkit::metal_runtime::run_encoded_work();
     const HostTensor& to = find(self, __func__);
     const HostTensor& from = find(src, __func__);
+    validate_dtype(to.dtype);
+    validate_dtype(from.dtype);
     if (to.dtype != from.dtype) {
       throw std::invalid_argument("dtype mismatch. self.dtype=" + std::to_string(to.dtype) + ", src.dtype=" +
                                   std::to_string(from.dtype) + ". aoti_torch_copy_ requires same dtypes");
@@ -536,6 +555,7 @@ AOTITorchError aoti_torch__reinterpret_tensor(AOTITensorHandle self, int64_t ndi
                                               AOTITensorHandle* ret_new_tensor) {
   return guarded(__func__, [&] {
     const HostTensor& base = find(self, __func__);
+    validate_dtype(base.dtype);
     char* data = static_cast<char*>(base.tensor->mutable_data_ptr()) +
                  storage_offset * static_cast<int64_t>(element_size(base.dtype));
     *ret_new_tensor = make_tensor(base.storage, data, read_dims(ndim, sizes_ptr, "sizes", __func__),
@@ -547,6 +567,7 @@ AOTITorchError aoti_torch__reinterpret_tensor(AOTITensorHandle self, int64_t ndi
 AOTITorchError aoti_torch_new_tensor_handle(Tensor* orig_handle, Tensor** new_handle) {
   return guarded(__func__, [&] {
     const HostTensor& base = find(orig_handle, __func__);
+    validate_dtype(base.dtype);
     *new_handle = make_tensor(base.storage, base.tensor->mutable_data_ptr(), base.sizes, base.strides, base.dtype,
                               base.device_type, base.device_index, __func__);
   });

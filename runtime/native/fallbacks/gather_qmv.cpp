@@ -10,6 +10,8 @@
 // sizes() alone, as a dense buffer from its data pointer: x as [P, K] (:168), w, scales and biases as [E, N, ...] with
 // the experts N * K / 2 bytes and N * K / group_size elements apart (:165, :534-540), expert_indices as P dense
 // uint32 (:130, :149).
+// No pairs are refused as upstream fails them (its 0-byte output has no buffer, ops/common.mm:35-38); an N between 4
+// and 8 is computed as intended and noted as a divergence: upstream's small-N path is undefined there (:270-300).
 // Refused as upstream refuses, with its messages (:404-406, :424-464, :467-480): group_size other than 32, 64, 128,
 // ranks other than x [P, K], w [E, N, K/2], scales and biases [E, N, K/group_size], expert_indices [P], x not float32
 // or bfloat16. Refused here where upstream would read past a buffer's end or reinterpret one (the kernel binds scales
@@ -24,6 +26,9 @@ namespace {
 
 constexpr const char* kSymbol = "aoti_torch_mps_gather_qmv";
 constexpr const char* kFile = "op_gather_qmv.mm";
+// The kernel's tiling (op_gather_qmv.mm:240-241): two simdgroups of four output rows each per threadgroup.
+constexpr int64_t kNumSimdgroups = 2;
+constexpr int64_t kResultsPerSimdgroup = 4;
 
 Status rank_is(const Arg& arg, int64_t rank, const char* layout) {
   if (arg.dim() == rank) return Status::ok();
@@ -88,6 +93,16 @@ Status gather_qmv(AtenTensorHandle x_handle, AtenTensorHandle w_handle, AtenTens
     }
   }
 
+  if (pairs == 0) {  // aoti_torch_mps_malloc(0) answers a null pointer, which no buffer is registered for
+    return Status::internal("allocate_and_register_mtl_buffer: aoti_torch_mps_malloc did not register buffer in map "
+                            "(ops/common.mm:35-38: no pairs make a 0-byte output)");
+  }
+  if (n > kResultsPerSimdgroup && n < kNumSimdgroups * kResultsPerSimdgroup) {
+    note_divergence(kSymbol,
+                    "for 4 < N < 8 the small-N path accumulates rows 4..N-1 into simdgroup 0's 4-element result[], "
+                    "past its end, and races simdgroup 1's writes of those rows (op_gather_qmv.mm:270-300): undefined",
+                    "N = " + std::to_string(n));
+  }
   Result output;
   SHIMKIT_RETURN_IF_ERROR(allocate(x, {pairs, n}, x.code, "output", &output));
   const auto* packed = static_cast<const uint8_t*>(w.view.data);
