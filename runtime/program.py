@@ -243,8 +243,10 @@ def _fingerprint(tree: str) -> str:
     from shimkit.objc.build import OBJC_DIR
 
     metal = Path(metal_package.__file__).resolve().parent
+    here = Path(__file__).resolve().parent
     upstream = [] if not tree else [tree, tree_digest(Path(tree) / UPSTREAM_RUNTIME_FOLDER),
-                                    tree_digest(Path(tree) / "backends" / "aoti")]
+                                    tree_digest(Path(tree) / "backends" / "aoti"), tree_digest(here / "upstream_glue"),
+                                    (here / "upstream.py").read_text()]
     return digest_of([tree_digest(RUNTIME_DIR), tree_digest(SOURCE_DIR / "sdk"), tree_digest(SOURCE_DIR / "include"),
                       tree_digest(metal, ("*.py",)), tree_digest(metal / "include"), tree_digest(OBJC_DIR), *upstream])
 

@@ -89,7 +89,8 @@ def inductor_options(config: BackendConfig) -> dict[str, Any]:
     pytorch/executorch#22951; its mm reads ``self`` as a dense matrix): each such operand handed through Inductor's
     stride-order prim with contiguous strides (``shimkit.passes.dense_operands``, last of the post-grad passes; a
     copy only where the memory really is laid out otherwise), and Inductor's layout optimisation off where it would
-    lay out those operands itself."""
+    lay out those operands itself; on Metal, every ``cat`` one pointwise kernel (no kernel writes into a view with
+    holes, which the runtime would copy)."""
     # Imported here, not at the top: it pulls in torch._inductor (a second of start-up), which
     # `shimkit plugins` and `shimkit config` never need.
     from shimkit.passes.inductor import PostGradPipeline
@@ -107,6 +108,11 @@ def inductor_options(config: BackendConfig) -> dict[str, Any]:
         options["post_grad_custom_post_pass"] = PostGradPipeline(passes, names)
     if any(op in _LAID_OUT_BY_INDUCTOR for op in dense):
         options["layout_optimization"] = False
+    if config.device == "mps":
+        # ExecuTorch's Metal runtime copies a view with holes into a new buffer at _reinterpret_tensor
+        # (memory.cpp:530-561), so a kernel writing into one writes into the copy: Inductor's cat, which has its
+        # inputs' kernels write into views of its output (ConcatKernel), must be one pointwise kernel instead.
+        options["force_pointwise_cat"] = True
     return options
 
 

@@ -1,7 +1,7 @@
 """The Linux Metal runtime's tensor shims (runtime/native/tensors.cpp) do what upstream's shims/memory.cpp does
 (pytorch/executorch cff6f4d) where that is not what ATen does: empty_strided allocates numel elements and leaves
-them unwritten, copy_ copies bytes between equal layouts only. (_reinterpret_tensor's copy of a view with holes is
-not reproduced: docs/metal.md.)"""
+them unwritten, copy_ copies bytes between equal layouts only, and _reinterpret_tensor's copy of a view with holes is a
+divergence (the copy itself is not reproduced: docs/metal.md)."""
 
 from __future__ import annotations
 
@@ -125,3 +125,19 @@ def test_reinterpret_of_a_packed_layout_is_a_view(runtime):
     finally:
         delete(runtime, view, base_handle)
     assert program.take_divergences(runtime) == []
+
+
+@pytest.mark.parametrize("sizes, strides", [([2, 2], [4, 1]), ([8, 8], [16, 1]), ([3], [2])])
+def test_reinterpret_of_a_layout_with_holes_is_a_divergence(runtime, sizes, strides):
+    """Upstream copies such a view into a new contiguous buffer (memory.cpp:530-561): what a kernel writes through it
+    is lost and a kernel reads it with the view's strides past the copy's end. Here it stays a view, and is noted."""
+    base = torch.arange(128, dtype=torch.float32)
+    base_handle = program.tensor_handle(runtime, base)
+    view = reinterpret(runtime, base_handle, sizes, strides)
+    try:
+        assert torch.equal(program.tensor_from_handle(runtime, view), base.as_strided(sizes, strides))
+    finally:
+        delete(runtime, view, base_handle)
+    (divergence,) = program.take_divergences(runtime)
+    assert divergence[0] == "aoti_torch__reinterpret_tensor" and "holes" in divergence[1]
+    assert divergence[2] == f"sizes {sizes} strides {strides}"

@@ -13,8 +13,9 @@
 // - copy_ copies src's bytes from its data pointer when the strides are equal (:325-356) and refuses other layouts,
 //   other dtypes and other element counts with upstream's messages (:296-313, :361-363), and an empty copy (et_metal.mm:
 //   295-298); equal strides with holes copy the wrong bytes there, a divergence here.
-// Not reproduced: _reinterpret_tensor copies a view with holes into a new contiguous buffer at the call (:530-561),
-// which Inductor's kernels then index with the view's strides, past the copy's end (docs/metal.md says which models).
+// - _reinterpret_tensor copies a view with holes into a new contiguous buffer at the call (:530-561), which Inductor's
+//   kernels then index with the view's strides, past the copy's end: here the view stays a view, and the call is a
+//   divergence (reproducing the copy would write past it on the CPU).
 //
 // Every handle this runtime hands out is registered: a handle it does not know (freed twice, or never
 // made here) is an error naming the function, never a read of freed memory. shimkit_runtime_live_tensors()
@@ -558,9 +559,19 @@ AOTITorchError aoti_torch__reinterpret_tensor(AOTITensorHandle self, int64_t ndi
     validate_dtype(base.dtype);
     char* data = static_cast<char*>(base.tensor->mutable_data_ptr()) +
                  storage_offset * static_cast<int64_t>(element_size(base.dtype));
-    *ret_new_tensor = make_tensor(base.storage, data, read_dims(ndim, sizes_ptr, "sizes", __func__),
-                                  read_dims(ndim, strides_ptr, "strides", __func__), base.dtype, base.device_type,
-                                  base.device_index, __func__);
+    auto sizes = read_dims(ndim, sizes_ptr, "sizes", __func__);
+    auto strides = read_dims(ndim, strides_ptr, "strides", __func__);
+    const int64_t numel = count_elements(sizes);
+    if (numel > 1 && extent(sizes, strides) != numel) {
+      shimkit_runtime_record_divergence(
+          "aoti_torch__reinterpret_tensor",
+          "copies a view with holes into a new contiguous buffer at the call (memory.cpp:372-447, :530-561): a write "
+          "through it never reaches its base, a later write to the base never reaches it, and a kernel indexes the "
+          "copy with the view's strides, past its end",
+          ("sizes " + text_of(sizes) + " strides " + text_of(strides)).c_str());
+    }
+    *ret_new_tensor = make_tensor(base.storage, data, std::move(sizes), std::move(strides), base.dtype,
+                                  base.device_type, base.device_index, __func__);
   });
 }
 
