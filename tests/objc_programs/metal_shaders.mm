@@ -15,29 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "scenario_checks.h"
+
 namespace {
 
-struct Failure {
-  std::string why;
-};
-
-void check(bool condition, const std::string& what) {
-  if (!condition) throw Failure{what};
-}
-
-// `body` must raise an NSException named `name` whose reason contains `part`.
-void check_raises(NSString* name, const char* part, const std::function<void()>& body) {
-  @try {
-    body();
-  } @catch (NSException* exception) {
-    check([[exception name] isEqualToString:name],
-          std::string("raised ") + [[exception name] UTF8String] + " instead of " + [name UTF8String]);
-    check(strstr([[exception reason] UTF8String], part) != nullptr,
-          std::string("the reason '") + [[exception reason] UTF8String] + "' does not say '" + part + "'");
-    return;
-  }
-  throw Failure{std::string("nothing raised; expected ") + [name UTF8String] + " saying '" + part + "'"};
-}
+using scenario_checks::check;
+using scenario_checks::check_raises;
+using scenario_checks::Failure;
 
 std::string report;
 
