@@ -426,16 +426,17 @@ def _build_side_by_side(wrapper_source: str, config: BackendConfig | None) -> tu
             progress.stage("building kernels", done=done, total=len(sources))
         if not runtime.done():
             progress.stage("building the runtime")
-        try:
-            runtime_path = runtime.result()
-        except EnvironmentFailure:
-            raise
-        except RuntimeError:  # a unit it left out is one a unit it kept calls: the whole runtime links
-            if tree is not None:
+        if tree is not None:  # upstream's runtime is whole: what does not build there is the answer
+            runtime_path: Path | None = runtime.result()
+        else:
+            try:
+                runtime_path = runtime.result()
+            except EnvironmentFailure:
                 raise
-            runtime_path = None
+            except RuntimeError:  # a unit it left out is one a unit it kept calls: the whole runtime links
+                runtime_path = None
     progress.stage("building the program")
-    if tree is not None:
+    if tree is not None and runtime_path is not None:
         return runtime_path, compile_wrapper(wrapper_source, runtime_path)
     if runtime_path is not None:
         try:
