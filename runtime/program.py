@@ -451,6 +451,11 @@ _ResolverType = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
 
 
 _compile_failures = threading.local()
+# The last MSL compile that failed in this process: ExecuTorch's own runtime remembers a library that did not compile
+# and answers "Library not compiled" from then on (et_metal.mm:402-419) without compiling it again.
+_last_compile_failure: list[str] = []
+# What that runtime says when a library it needs did not compile, on this call or an earlier one.
+_UPSTREAM_LIBRARY_NOT_COMPILED = ("Library not compiled", "Failed to compile shader library")
 
 
 def _resolve(source: bytes, kernel: bytes | None, reply: int, size: int) -> int:
@@ -464,6 +469,7 @@ def _resolve(source: bytes, kernel: bytes | None, reply: int, size: int) -> int:
     except BaseException as error:  # nothing may unwind into C++
         answer, status = f"{type(error).__name__}: {error}", 1
         _compile_failures.message = answer
+        _last_compile_failure[:] = [answer]
     data = answer.encode()[: max(0, size)]
     ctypes.memmove(reply, data, len(data))
     ctypes.memset(reply + len(data), 0, 1)
@@ -712,6 +718,9 @@ class MetalProgram:
             except ProgramError as error:
                 if getattr(_compile_failures, "message", None):
                     raise KernelNotCompiled(f"{error}") from None
+                if _last_compile_failure and any(text in str(error) for text in _UPSTREAM_LIBRARY_NOT_COMPILED):
+                    raise KernelNotCompiled(f"{error}; the library did not compile here: "
+                                            f"{_last_compile_failure[0]}") from None
                 raise
             return [tensor_from_handle(self.runtime, outputs[i] or 0) for i in range(self.num_outputs)]
         finally:

@@ -127,6 +127,18 @@ def test_reinterpret_of_a_packed_layout_is_a_view(runtime):
     assert program.take_divergences(runtime) == []
 
 
+@pytest.mark.parametrize("sizes, strides", [([2, 3, 5], [0, 0, 1]), ([4], [0])])
+def test_reinterpret_of_a_broadcast_layout_is_a_view_whose_copy_would_read_the_same(runtime, sizes, strides):
+    base = torch.arange(8, dtype=torch.float32)
+    base_handle = program.tensor_handle(runtime, base)
+    view = reinterpret(runtime, base_handle, sizes, strides)
+    try:
+        assert torch.equal(program.tensor_from_handle(runtime, view), base.as_strided(sizes, strides))
+    finally:
+        delete(runtime, view, base_handle)
+    assert program.take_divergences(runtime) == []
+
+
 @pytest.mark.parametrize("sizes, strides", [([2, 2], [4, 1]), ([8, 8], [16, 1]), ([3], [2])])
 def test_reinterpret_of_a_layout_with_holes_is_a_divergence(runtime, sizes, strides):
     """Upstream copies such a view into a new contiguous buffer (memory.cpp:530-561): what a kernel writes through it

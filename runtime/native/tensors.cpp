@@ -561,8 +561,10 @@ AOTITorchError aoti_torch__reinterpret_tensor(AOTITensorHandle self, int64_t ndi
                  storage_offset * static_cast<int64_t>(element_size(base.dtype));
     auto sizes = read_dims(ndim, sizes_ptr, "sizes", __func__);
     auto strides = read_dims(ndim, strides_ptr, "strides", __func__);
+    // Upstream copies every view that is not packed (is_packed_strides, memory.cpp:372-395), broadcast ones too; a
+    // broadcast view's copy holds what the view reads, at indices its strides reach, so only holes change a result.
     const int64_t numel = count_elements(sizes);
-    if (numel > 1 && extent(sizes, strides) != numel) {
+    if (numel > 1 && extent(sizes, strides) > numel) {
       shimkit_runtime_record_divergence(
           "aoti_torch__reinterpret_tensor",
           "copies a view with holes into a new contiguous buffer at the call (memory.cpp:372-447, :530-561): a write "
