@@ -185,8 +185,66 @@ def _like(example: torch.Tensor, shape: list[int], generator: torch.Generator) -
         return torch.randn(shape, generator=generator, dtype=torch.float64).to(example.dtype)
     if example.dtype == torch.bool:
         return torch.rand(shape, generator=generator) < 0.5
+    if _counts_up(example) and shape:
+        # Positions (a prefill's ``cache_position = arange(n)``, ``position_ids``) go on counting from the first:
+        # drawn at random they repeat, and a cache written twice at one position in a run keeps whichever write
+        # the device's kernel ends with (CUDA's index_copy does not say), so neither eager nor the program is an
+        # answer to compare against.
+        start = int(example.reshape(-1)[0])
+        return (start + torch.arange(shape[-1], dtype=example.dtype)).expand(shape).contiguous()
     low, high = (int(example.min()), int(example.max())) if example.numel() else (0, 1)
     return torch.randint(low, high + 1, shape, generator=generator, dtype=example.dtype)
+
+
+def _counts_up(example: torch.Tensor) -> bool:
+    """Whether an integer ``example`` counts up by one along its last dimension, from the same start in every row."""
+    if example.dim() == 0 or example.shape[-1] < 2 or example.dtype == torch.bool:
+        return False
+    rows = example.reshape(-1, example.shape[-1])
+    return bool((rows.diff(dim=-1) == 1).all()) and bool((rows[:, 0] == rows[0, 0]).all())
+
+
+class InitialState:
+    """What a module's calls can change between the runs a verdict compares (its buffers and the other tensors its
+    modules hold, a graph module's constants), saved when made; :meth:`restore` puts every one back in place.
+
+    Each compared run starts from it: a prefill's KV cache otherwise carried the last size plan's tokens into the
+    next in eager and in the float64 reference, while a program compiled for the GPU (:class:`AotiCompiled`, a
+    process per run) started every run from its weights, so a verdict on a program with mutable buffers compared
+    runs that started apart (llama-prefill-bf16 WRONG at length 5 on the H200, stock and shimkit alike).
+
+    >>> counter = torch.nn.Module(); counter.register_buffer("calls", torch.zeros(()))
+    >>> start = InitialState(counter); counter.calls += 1; start.restore(); counter.calls.item()
+    0.0
+    """
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.saved: list[tuple[torch.nn.Module, str, torch.Tensor, torch.Tensor]] = []
+        seen: set[int] = set()
+        for owner in module.modules():
+            held = {**owner._buffers, **{name: value for name, value in vars(owner).items()
+                                         if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)}}
+            for name, value in held.items():
+                if isinstance(value, torch.Tensor) and id(value) not in seen:
+                    seen.add(id(value))
+                    self.saved.append((owner, name, value, value.detach().clone()))
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for owner, name, tensor, value in self.saved:
+                tensor.copy_(value)
+                if getattr(owner, name, None) is not tensor:  # a run that rebound the attribute
+                    setattr(owner, name, tensor)
+
+
+def _restorer(run: Callable[..., Any]) -> Callable[[], None]:
+    """How to put ``run``'s state back where it is now: its own ``restore_state``, or an :class:`InitialState`."""
+    restore = getattr(run, "restore_state", None)
+    if restore is not None:
+        return restore
+    if isinstance(run, torch.nn.Module):
+        return InitialState(run).restore
+    return lambda: None
 
 
 class AotiCompiled:
@@ -195,7 +253,8 @@ class AotiCompiled:
     (:mod:`shimkit.audit.aoti_process`: a package that crashes on load ends that process only).
 
     The program is exported and compiled once, on the first call; the dimensions that are symbolic in its inputs
-    stay dynamic, so one compilation answers every :func:`size_plans` plan. Operands arrive on the CPU
+    stay dynamic, so one compilation answers every :func:`size_plans` plan. Each call loads the package afresh:
+    a mutable buffer starts every call from the program's weights, as :func:`compare` starts eager. Operands arrive on the CPU
     (the top-level program runs there) and results go back to it. A crash or hang of the child is a
     :class:`NumericsUnavailable` naming it: the audit reports the model ``unchecked``.
     """
@@ -285,6 +344,8 @@ class _ExecutedProgram:
     def __init__(self, source: str, graph: fx.GraphModule, config: Any | None) -> None:
         self.source, self.graph, self.config = source, graph, config
         self.program: Any = None
+        # The weights as lowered: the graph's tensors may be the model's own, which eager's runs write.
+        self._weights = InitialState(graph)
 
     def __call__(self, *operands: Any) -> Any:
         from shimkit.metal.library import MetalCompileError
@@ -309,6 +370,12 @@ class _ExecutedProgram:
         except KernelNotCompiled as error:
             raise NumericsUnavailable(str(error)) from error
 
+    def restore_state(self) -> None:
+        """The program's constants, its mutable buffers among them, back to the values it was lowered with."""
+        self._weights.restore()
+        if self.program is not None:
+            self.program.restart()
+
     def take_divergences(self) -> list[tuple[str, str, str]]:
         """What the program's runs since the last take met where upstream's runtime computes otherwise than ATen."""
         if self.program is None:
@@ -324,15 +391,30 @@ def on_device(model: Callable[..., Any], device: torch.device) -> Callable[..., 
     whose constants live on the device: on the CPU it met the GPU operands and the check was lost."""
     import copy
 
-    moved = copy.deepcopy(model).to(device) if isinstance(model, torch.nn.Module) else model
+    return _Moved(copy.deepcopy(model).to(device) if isinstance(model, torch.nn.Module) else model, device)
 
-    def run(*inputs: Any) -> Any:
-        inputs = pytree.tree_map(lambda v: v.to(device) if isinstance(v, torch.Tensor) else v, inputs)
-        with device:
-            outputs = moved(*inputs)
+
+class _Moved:
+    """A model run on a device (:func:`on_device`) or in float64 (:func:`float64_reference`), its state restorable."""
+
+    def __init__(self, model: Callable[..., Any], device: torch.device, *, in_float64: bool = False) -> None:
+        self.model, self.device, self.in_float64 = model, device, in_float64
+        self.restore_state = _restorer(model)
+
+    def _input(self, value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if self.in_float64:
+            return value.cpu().double() if value.is_floating_point() else value.cpu()
+        return value.to(self.device)
+
+    def __call__(self, *inputs: Any) -> Any:
+        inputs = pytree.tree_map(self._input, inputs)
+        if self.in_float64:
+            return self.model(*inputs)
+        with self.device:
+            outputs = self.model(*inputs)
         return pytree.tree_map(lambda v: v.cpu() if isinstance(v, torch.Tensor) else v, outputs)
-
-    return run
 
 
 class _DelegatesOnCpu(fx.Interpreter):
@@ -361,14 +443,7 @@ def float64_reference(model: Callable[..., Any]) -> Callable[..., Any] | None:
     if not isinstance(model, torch.nn.Module):
         return None
     # On the CPU whatever device the model was exported on (a CUDA audit moves it to the GPU).
-    in_float64 = copy.deepcopy(model).to(device="cpu", dtype=torch.float64)
-
-    def run(*inputs: Any) -> Any:
-        return in_float64(*pytree.tree_map(
-            lambda v: (v.cpu().double() if v.is_floating_point() else v.cpu()) if isinstance(v, torch.Tensor) else v,
-            inputs))
-
-    return run
+    return _Moved(copy.deepcopy(model).to(device="cpu", dtype=torch.float64), CPU, in_float64=True)
 
 
 def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[..., Any]],
@@ -384,7 +459,8 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[...,
     floating output is then judged as Inductor's accuracy check judges one, by its distance to float64 against
     eager's own (see :func:`_compare`); a reference that cannot run leaves the judgement against eager, and so
     does a program drawing random numbers (a float64 run draws other samples, so its distance says nothing).
-    A run whose executed program met a known divergence of upstream's runtime (``take_divergences``) is wrong
+    Eager, the reference and the program each start every plan's run from the state they had when the check began
+    (a KV cache is not carried from one plan into the next). A run whose executed program met a known divergence of upstream's runtime (``take_divergences``) is wrong
     whatever its numbers, said with the c-shim, the behaviour and ``call_sites[c-shim]`` (where the model calls it)."""
     if reference is not None and draws_random_numbers(exported):
         reference = None
@@ -396,20 +472,31 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[...,
         report.unavailable = f"{len(names)} delegate calls but {len(delegates)} programs reached Inductor"
         return report
     interpreter = _DelegatesOnCpu(top, dict(zip(names, delegates)))
+    # Every run a verdict compares starts from the state the model had when the check began (InitialState), all of
+    # it put back before each run: eager's model and the program handed to Inductor may share their buffers' tensors.
+    restorers = [_restorer(run) for run in (eager, reference, top, *delegates) if run is not None]
+
+    def from_the_start() -> None:
+        for restore in restorers:
+            restore()
+
     generator = torch.Generator().manual_seed(seed)
     where = dynamic_dimensions(exported)
     for plan in size_plans(exported):
         sizes = {where[symbol][0]: value for symbol, value in plan.items()}
         inputs = inputs_at(exported, examples, plan, generator) if plan else examples
         with torch.no_grad():
+            from_the_start()
             expected = pytree.tree_leaves(eager(*inputs))
             references = None
             if reference is not None:
                 try:
+                    from_the_start()
                     references = pytree.tree_leaves(reference(*inputs))
                 except Exception:  # an op without float64 kernels: judged against eager alone
                     reference, report.reference = None, "eager"
             try:
+                from_the_start()
                 leaves = pytree.tree_leaves(inputs)
                 if float64_as_float32:
                     leaves = [leaf.float() if isinstance(leaf, torch.Tensor) and leaf.dtype == torch.float64

@@ -637,13 +637,27 @@ class MetalProgram:
         self.library = ctypes.CDLL(str(self.path))
         take_failure(self.runtime)
         self._container = ctypes.c_void_p()
-        self._check(self.library.AOTInductorModelContainerCreateWithDevice(
-            ctypes.byref(self._container), ctypes.c_size_t(1), b"mps", None), "creating the model")
+        self._create_container()
         self.num_inputs = self._count("AOTInductorModelContainerGetNumInputs")
         self.num_outputs = self._count("AOTInductorModelContainerGetNumOutputs")
         # What its runs met where upstream's runtime computes otherwise than ATen (take_divergences), in order.
         self.divergences: list[tuple[str, str, str]] = []
-        self._load_constants(constants)
+        self._blob = self._weights_blob(constants)
+        self._update_constants()
+
+    def _create_container(self) -> None:
+        self._check(self.library.AOTInductorModelContainerCreateWithDevice(
+            ctypes.byref(self._container), ctypes.c_size_t(1), b"mps", None), "creating the model")
+
+    def restart(self) -> None:
+        """The program loaded afresh from its weights blob, as ExecuTorch loads a method: its mutable buffers (a KV
+        cache a run wrote) hold their first values again. A new model, not the blob loaded into this one:
+        AOTInductor's ``load_constants`` frees the old constants' memory but keeps the old handles in its map
+        (``emplace``), so a second ``UpdateConstantsFromBlob`` leaves the model reading freed memory."""
+        self.library.AOTInductorModelContainerDelete(self._container)
+        self._container = ctypes.c_void_p()
+        self._create_container()
+        self._update_constants()
 
     def _count(self, function: str) -> int:
         count = ctypes.c_size_t()
@@ -661,10 +675,10 @@ class MetalProgram:
             details = "; ".join(p for p in (wrapper, failure and f"runtime: {failure}") if p)
             raise ProgramError(f"{what} failed: {details or f'error code {code}'}")
 
-    def _load_constants(self, constants: Mapping[str, torch.Tensor]) -> None:
+    def _weights_blob(self, constants: Mapping[str, torch.Tensor]) -> bytes:
         """The weights blob ExecuTorch's MetalBackend loads, made as Inductor serializes it (codecache.py's
         binary_blob: each constant not folded, in the program's order, its whole storage's bytes padded to the size
-        the program reads, ``GetConstantDataSize``), and handed to the program as MetalBackend::init does."""
+        the program reads, ``GetConstantDataSize``)."""
         count = self._count("AOTInductorModelContainerGetNumConstants")
         parts: list[bytes] = []
         for index in range(count):
@@ -690,8 +704,11 @@ class MetalProgram:
                 raise ProgramError(f"the program's constant {names[0]} ({names[1]}) holds {size.value} bytes, its value "
                                    f"{list(value.shape)} {value.dtype} {len(data)}: not the tensor it was compiled with")
             parts.append(data + bytes(size.value - len(data)))
-        blob = b"".join(parts)
-        buffer = ctypes.create_string_buffer(blob, max(len(blob), 1))  # the program copies it
+        return b"".join(parts)
+
+    def _update_constants(self) -> None:
+        """The weights blob handed to the program, as MetalBackend::init does."""
+        buffer = ctypes.create_string_buffer(self._blob, max(len(self._blob), 1))  # the program copies it
         self._check(self.library.AOTInductorModelUpdateConstantsFromBlob(self._container, buffer),
                     "loading the constants")
 

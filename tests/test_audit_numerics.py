@@ -274,3 +274,93 @@ def test_an_eager_model_that_raises_leaves_the_numerics_unchecked_naming_the_lin
     unavailable = audit.numerics.unavailable
     assert "runs only when exported" in unavailable
     assert f"raised at {path}:8 in forward: raise ValueError" in unavailable, unavailable
+
+
+class RunningTotal(torch.nn.Module):
+    """Each call adds its rows to a buffer and scales its input by the total: a run's answer depends on the runs
+    before it, as a prefill's on the KV cache the last prefill left."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("total", torch.zeros(8))
+
+    def forward(self, x):
+        self.total.add_(x.sum(0))
+        return x * self.total
+
+
+class FreshEachRun:
+    """A program handed to Inductor that loads its weights for every run, as :class:`AotiCompiled` does (a process
+    per run, the CUDA check): what a run writes to a buffer is gone by the next."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __call__(self, *operands):
+        import copy
+
+        return copy.deepcopy(self.module)(*operands)
+
+
+def _running_total_audit(numerics):
+    from shimkit.audit.loader import LoadedModel
+    from shimkit.audit.runner import audit_loaded
+
+    batch = Dim("batch", min=1, max=32)
+    return audit_loaded(LoadedModel("running_total", model=RunningTotal(), example_inputs=(torch.randn(4, 8),),
+                                    dynamic_shapes=({0: batch},)),
+                        config=new_registry(env=CLEAN_ENV).backend_config("mps"), options=AuditOptions(numerics=numerics))
+
+
+def test_every_run_a_verdict_compares_starts_from_the_same_state(monkeypatch):
+    """The GPU check's programs start each run from their weights while eager carried its buffers from one size plan
+    into the next: this toy was WRONG from the second plan on (llama-prefill-bf16 on the H200, stock and shimkit)."""
+    import shimkit.audit.numerics as numerics
+
+    copy_of = numerics.cpu_copy
+    monkeypatch.setattr(numerics, "cpu_copy", lambda module, real_value: FreshEachRun(copy_of(module, real_value)))
+    audit = _running_total_audit(True)
+    checks = audit.numerics.checks
+    assert [list(c.sizes.values()) for c in checks] == [[4], [1], [32], [5]]
+    assert audit.status == "clean", [c.error for c in checks]
+    assert all(c.max_errors[0] < 1e-5 for c in checks)
+
+
+def test_an_executed_program_with_a_mutable_buffer_is_loaded_afresh_for_every_run():
+    """The Metal program keeps its buffers between runs as ExecuTorch does; each compared run loads it again from
+    its weights blob (a second UpdateConstantsFromBlob into the same model reads freed memory)."""
+    audit = _running_total_audit("execute")
+    assert audit.numerics.ran == "program" and len(audit.numerics.checks) == 4
+    assert audit.status == "clean", [c.error for c in audit.numerics.checks]
+
+
+def test_initial_state_puts_back_buffers_and_rebound_attributes():
+    from shimkit.audit.numerics import InitialState
+
+    model = RunningTotal()
+    first = model.total
+    start = InitialState(model)
+    model(torch.ones(2, 8))
+    model.total = torch.full((8,), 5.0)  # a forward that rebinds its buffer instead of writing it
+    start.restore()
+    assert model.total is first and torch.equal(first, torch.zeros(8))
+
+
+def test_positions_in_the_example_go_on_counting_at_other_sizes():
+    """A prefill's ``cache_position = arange(n)`` drawn at random repeated positions, and a cache written twice at one
+    position keeps whichever write the device ends with: the verdict compared two arbitrary answers."""
+    from shimkit.audit.numerics import inputs_at, size_plans
+
+    class Prefill(torch.nn.Module):
+        def forward(self, tokens, position, index):
+            return tokens + position + index
+
+    n = Dim("n", min=1, max=15)
+    examples = (torch.ones(2, 4), torch.arange(3, 7).expand(2, 4), torch.tensor([[2, 0, 1, 3], [1, 1, 0, 2]]))
+    exported = export(Prefill(), examples, dynamic_shapes=({1: n}, {1: n}, {1: n}))
+    generator = torch.Generator().manual_seed(0)
+    for plan in size_plans(exported)[1:]:
+        tokens, position, index = inputs_at(exported, examples, plan, generator)
+        length = tokens.shape[1]
+        assert torch.equal(position, (3 + torch.arange(length)).expand(2, length))
+        assert index.shape == (2, length) and index.min() >= 0 and index.max() <= 3

@@ -17,6 +17,7 @@ import platform
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -37,7 +38,7 @@ def audit(specs: list[str], *, plugins: bool, jobs: int, timeout: float, out: Pa
     name = "shimkit" if plugins else "stock"
     command = [sys.executable, "-m", "shimkit", "audit", "--backend", "cuda", "--json", "-j", str(jobs),
                "--timeout", str(timeout), *([] if plugins else ["--no-plugins"]),
-               *(["--check-numerics"] if plugins and numerics else []), *specs]
+               *(["--check-numerics"] if numerics else []), *specs]
     # Each lowering compiles from scratch: no run is timed against another's Inductor or Triton caches.
     environment = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
     started = time.perf_counter()
@@ -76,7 +77,7 @@ def why(model: dict) -> str:
 
 def report(stock: dict, shimkit: dict, environment: str, *, numerics: bool = True) -> tuple[str, list[str]]:
     lines = ["| model | stock | stock lowering s | shimkit | shimkit lowering s | shimkit / stock | "
-             "numerics: max error |", "| --- | --- | ---: | --- | ---: | ---: | --- |"]
+             "numerics: max error | stock numerics |", "| --- | --- | ---: | --- | ---: | ---: | --- | --- |"]
     problems = []
     stock_models = {short(m["name"]): m for m in stock["models"]}
     for model in shimkit["models"]:
@@ -86,7 +87,7 @@ def report(stock: dict, shimkit: dict, environment: str, *, numerics: bool = Tru
         stock_status = before["status"] + (f" ({why(before)})" if before["status"] != "clean" else "")
         status = model["status"] + (f" ({why(model)})" if model["status"] != "clean" else "")
         lines.append(f"| {short(model['name'])} | {stock_status} | {stock_s:.1f} | {status} | {shimkit_s:.1f} | "
-                     f"{ratio} | {max_error(model)} |")
+                     f"{ratio} | {max_error(model)} | {max_error(before)} |")
         if model["status"] != "clean":
             problems.append(f"{short(model['name'])}: {status} with shimkit")
         if RANK[model["status"]] > RANK[before["status"]]:
@@ -108,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-numerics", action="store_true",
                         help="lower only: skip the AOTInductor numerics phase (on an image whose AOTInductor "
                              "loader crashes it only spends device time; docs/cuda.md)")
+    parser.add_argument("--stock-numerics", action="store_true",
+                        help="check the stock run's numerics as the shimkit run's, the two runs at once (-j each)")
     parser.add_argument("models", nargs="*", help="default: the zoo and the CUDA repros")
     args = parser.parse_args(argv)
     import torch
@@ -119,12 +122,18 @@ def main(argv: list[str] | None = None) -> int:
     stock = json.loads(args.stock.read_text()) if args.stock else {"models": [], "wall_s": 0.0}
     stored = {short(m["name"]) for m in stock["models"]}
     unlowered = [spec for spec in specs if short(spec) not in stored]
-    if unlowered:  # models the stored stock report predates are lowered stock now
-        fresh = audit(unlowered, plugins=False, jobs=args.jobs, timeout=args.timeout, out=args.out)
-        stock["models"] += fresh["models"]
-        stock["wall_s"] = round(stock["wall_s"] + fresh["wall_s"], 1)
-    shimkit = audit(specs, plugins=True, jobs=args.jobs, timeout=args.timeout, out=args.out,
-                    numerics=not args.no_numerics)
+    with ThreadPoolExecutor(max_workers=2 if args.stock_numerics else 1) as pool:
+        fresh = (pool.submit(audit, unlowered, plugins=False, jobs=args.jobs, timeout=args.timeout, out=args.out,
+                             numerics=args.stock_numerics)
+                 if unlowered else None)  # models the stored stock report predates are lowered stock now
+        if fresh is not None and not args.stock_numerics:
+            fresh.result()
+        running = pool.submit(audit, specs, plugins=True, jobs=args.jobs, timeout=args.timeout, out=args.out,
+                              numerics=not args.no_numerics)
+        if fresh is not None:
+            stock["models"] += fresh.result()["models"]
+            stock["wall_s"] = round(stock["wall_s"] + fresh.result()["wall_s"], 1)
+        shimkit = running.result()
     text, problems = report(stock, shimkit, environment, numerics=not args.no_numerics)
     with open(args.out / "failures.txt", "w") as failures:
         for model in shimkit["models"]:
