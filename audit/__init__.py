@@ -21,7 +21,7 @@ check_versions()  # as shimkit.registry and shimkit.passes do, before anything t
 # Imported on first use: ``shimkit --help`` reads the audit's command line without torch or executorch.
 _EXPORTS = {
     "AuditEnvironmentError": "fake_mps", "check_torch_version": "fake_mps", "fake_mps_lowering": "fake_mps",
-    "LoadedModel": "loader", "ModelLoadError": "loader", "load_model": "loader",
+    "LoadedModel": "loader", "ModelLoadError": "loader", "load_model": "loader", "load_methods": "loader",
     "SCHEMA_VERSION": "report", "exit_code": "report", "render_text": "report", "to_json": "report",
     "AuditRun": "runner", "ModelAudit": "runner", "audit_loaded": "runner", "run_audit": "runner",
     "AuditOptions": "options", "Numerics": "options",

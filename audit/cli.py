@@ -250,17 +250,25 @@ def _progress(stream: TextIO):
             stream.write(f"{erase}[{index + 1}/{total}] {name} ...")
         else:
             stream.write(erase + f"[{index + 1}/{total}] {name} ..." if live else "")
-            if isinstance(audit, dict):  # a report entry: its own time (-j: not the wait for it)
-                status, seconds = audit["status"], audit["timings_s"]["total"]
-                if audit.get("cached"):  # the seconds are those of the run that was cached
-                    from shimkit.audit.report import when_audited
-
-                    status += f", from the cache of {when_audited(audit['audited_at'])}" \
-                        if audit.get("audited_at") else ", from the cache"
-            else:
-                status, seconds = audit.status, time.perf_counter() - started[index]
-            stream.write(f" {status} ({seconds:.2f} s)\n")
+            if isinstance(audit, list) and len(audit) > 1:  # a program of several methods: a line each
+                stream.write(f" {len(audit)} methods\n")
+                for entry in audit:
+                    stream.write(f"    {entry['name']}: {outcome(entry)}\n")
+            elif isinstance(audit, list):
+                stream.write(f" {outcome(audit[0])}\n")
+            else:  # a ModelAudit of this process, timed here
+                stream.write(f" {audit.status} ({time.perf_counter() - started[index]:.2f} s)\n")
         stream.flush()
+
+    def outcome(entry: dict) -> str:
+        """A report entry's status and its own time (-j: not the wait for it)."""
+        status = entry["status"]
+        if entry.get("cached"):  # the seconds are those of the run that was cached
+            from shimkit.audit.report import when_audited
+
+            status += f", from the cache of {when_audited(entry['audited_at'])}" \
+                if entry.get("audited_at") else ", from the cache"
+        return f"{status} ({entry['timings_s']['total']:.2f} s)"
 
     return report
 
@@ -735,8 +743,8 @@ def _interrupted_report(args: argparse.Namespace, when: str) -> dict[str, Any]:
     from shimkit.audit.zoo import ZOO
 
     specs = args.models or list(ZOO)
-    models = [failure_entry(specs[0], TaskFailure("interrupted", f"KeyboardInterrupt: interrupted {when}", 0.0))
-              ] if specs else []
+    models = failure_entry(specs[0], TaskFailure("interrupted", f"KeyboardInterrupt: interrupted {when}", 0.0)
+                           ) if specs else []
     return document_of(models, plugins=not args.no_plugins, interrupted=True,
                        target=TARGETS[args.backend])
 

@@ -4,6 +4,11 @@ A MODEL is a bundled zoo name (``mobilenet_v2``), ``path/to/file.py:factory`` wh
 returns ``(model, example_inputs)`` or ``(model, example_inputs, dynamic_shapes)`` (as
 ``torch.export.export`` takes them), or a saved ``.pt2`` ExportedProgram. Every way of getting it
 wrong raises :class:`ModelLoadError` with a message that says what was expected.
+
+A factory may return a program of several methods, as ExecuTorch's ``.pte`` holds them (Whisper's encoder and
+text decoder): a dict of method name to ``(model, example_inputs[, dynamic_shapes])`` or to the
+``ExportedProgram`` an exporter made (optimum-executorch's ``export()`` returns such a dict). Each method is
+audited as a model of its own named ``MODEL#method`` (:func:`load_methods`); ``MODEL#method`` names one.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import contextlib
 import difflib
 import hashlib
 import importlib.util
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +44,24 @@ class LoadedModel:
     dynamic_shapes: Any = None
     # The names of ``exported`` that generated code could not carry and their stand-ins (audit/names.py)
     renaming: Renaming = field(default_factory=Renaming)
+    # The method of a program of several this is (``"encoder"``; its name is then ``MODEL#encoder``), else None
+    method: str | None = None
+
+
+# What ``MODEL#method`` may name: a method of an ExecuTorch program is a Python identifier.
+_METHOD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def split_method(spec: str) -> tuple[str, str | None]:
+    """``("file.py:make", "decoder")`` for ``"file.py:make#decoder"``; ``(spec, None)`` where ``spec`` names no method.
+
+    >>> split_method("whisper.py:make#decoder"), split_method("models/a#b.py:make")
+    (('whisper.py:make', 'decoder'), ('models/a#b.py:make', None))
+    """
+    program, hash_mark, method = spec.rpartition("#")
+    if hash_mark and program and _METHOD.fullmatch(method):
+        return program, method
+    return spec, None
 
 
 def _at(error: BaseException) -> str:
@@ -49,7 +73,7 @@ def _at(error: BaseException) -> str:
         f" (at {where.file}:{where.line})" if where else ""
 
 
-def _from_factory(name: str, factory: Any, where: str) -> LoadedModel:
+def _from_factory(name: str, factory: Any, where: str) -> LoadedModel | list[LoadedModel]:
     # Built from a config, a model's weights are random: seeded, two audits of it judge the same weights and
     # generate the same program (Inductor folds small constants into the code, so a program of other weights
     # is another build), and the caller's random state is left as it was.
@@ -61,10 +85,42 @@ def _from_factory(name: str, factory: Any, where: str) -> LoadedModel:
         raise ModelLoadError(f"{where}: the factory called sys.exit({stop.code!r})") from None
     except Exception as error:
         raise ModelLoadError(f"{where}: the factory raised {type(error).__name__}: {error}{_at(error)}") from error
+    if isinstance(produced, dict):
+        return _methods(name, produced, where)
+    return _one_method(name, produced, where)
+
+
+def _methods(name: str, produced: dict, where: str) -> list[LoadedModel]:
+    """Each method of a program of several, named ``name#method``, in the factory's order."""
+    from shimkit.audit.names import make_pasteable
+
+    if not produced:
+        raise ModelLoadError(f"{where}: the factory returned a dict of no methods")
+    methods = []
+    for method, value in produced.items():
+        if not isinstance(method, str) or not _METHOD.fullmatch(method):
+            raise ModelLoadError(f"{where}: method name {method!r} is not an identifier (ExecuTorch calls a "
+                                 f"program's methods by such names: 'encoder', 'text_decoder')")
+        entry = f"{name}#{method}"
+        if isinstance(value, torch.export.ExportedProgram):
+            loaded = LoadedModel(entry, exported=value, method=method)
+            try:
+                loaded.renaming = make_pasteable(value, entry)
+            except Exception as error:
+                raise ModelLoadError(f"{where}: method {method!r}: {error}") from None
+        else:
+            loaded = _one_method(entry, value, f"{where}: method {method!r}")
+            loaded.method = method
+        methods.append(loaded)
+    return methods
+
+
+def _one_method(name: str, produced: Any, where: str) -> LoadedModel:
     if not (isinstance(produced, tuple) and len(produced) in (2, 3)):
         raise ModelLoadError(
             f"{where}: the factory must return (model, example_inputs) or (model, example_inputs, "
-            f"dynamic_shapes), got {type(produced).__name__}")
+            f"dynamic_shapes), or a dict of method name to those or to an ExportedProgram, got "
+            f"{type(produced).__name__}")
     model, example_inputs, *rest = produced
     dynamic_shapes = rest[0] if rest else None
     if isinstance(example_inputs, torch.Tensor):
@@ -96,7 +152,7 @@ def _readable_file(spec: str, path: Path) -> None:
         raise ModelLoadError(f"{spec}: {str(path)!r} cannot be read (permission denied)")
 
 
-def _load_file_factory(spec: str) -> LoadedModel:
+def _load_file_factory(spec: str) -> LoadedModel | list[LoadedModel]:
     path_text, _, factory_name = spec.rpartition(":")
     path = Path(path_text)
     if not factory_name.isidentifier():
@@ -202,9 +258,34 @@ def _load_exported(spec: str) -> LoadedModel:
     return LoadedModel(path.name, exported=exported, renaming=renaming)
 
 
+def load_methods(spec: str) -> list[LoadedModel]:
+    """Every method MODEL ``spec`` names: the methods of a program of several (each named ``spec#method``), the one
+    ``spec#method`` names, or the one model of a one-method program."""
+    program, method = split_method(spec)
+    loaded = _load(program)
+    if method is None:
+        return loaded if isinstance(loaded, list) else [loaded]
+    if not isinstance(loaded, list):
+        raise ModelLoadError(f"{spec}: {program} is a program of one method; name it without '#{method}'")
+    chosen = [m for m in loaded if m.method == method]
+    if not chosen:
+        raise ModelLoadError(f"{spec}: {program} has no method {method!r}; its methods: "
+                             f"{', '.join(m.method or '' for m in loaded)}")
+    return chosen
+
+
 def load_model(spec: str) -> LoadedModel:
     """Load one MODEL argument (zoo name, ``file.py:factory``, ``.pt2`` or a suite model such as
-    ``transformers/bert``)."""
+    ``transformers/bert``), or one method of a program of several (``file.py:factory#decoder``)."""
+    methods = load_methods(spec)
+    if len(methods) > 1:
+        raise ModelLoadError(f"{spec} is a program of {len(methods)} methods "
+                             f"({', '.join(m.method or '' for m in methods)}): name one as {spec}#"
+                             f"{methods[0].method}, or audit them all with load_methods")
+    return methods[0]
+
+
+def _load(spec: str) -> LoadedModel | list[LoadedModel]:
     from shimkit.audit.suites import build, is_suite_model
     from shimkit.audit.zoo import ZOO
 

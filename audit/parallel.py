@@ -40,37 +40,43 @@ def shard(specs: Sequence[str], selector: str) -> list[str]:
     return [spec for position, spec in enumerate(specs) if position % count == index - 1]
 
 
-def _audit_one(spec: str, options: AuditOptions, cache: AuditCache | None = None) -> dict[str, Any]:
+# What a MODEL's audit gives: a report entry per method of its program (one for a model of one method).
+Entries = list[dict[str, Any]]
+
+
+def _audit_one(spec: str, options: AuditOptions, cache: AuditCache | None = None) -> Entries:
     import contextlib
     import sys
     import warnings
 
     with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
         warnings.simplefilter("ignore")
-        from shimkit.audit.entry import audit_model
+        from shimkit.audit.entry import audit_entries
 
-        return audit_model(spec, options, cache=cache)
+        return audit_entries(spec, options, cache=cache)
 
 
 def audit_in_process(specs: Sequence[str], options: AuditOptions, *, cache: AuditCache | None = None,
-                     on_progress: Callable[[int, int, str, dict[str, Any] | None], None] | None = None
-                     ) -> tuple[list[dict[str, Any]], bool]:
+                     on_progress: Callable[[int, int, str, Entries | None], None] | None = None
+                     ) -> tuple[Entries, bool]:
     """:func:`audit_in_workers` in this process, one model after the other (``-j 1`` without ``--timeout`` or
     ``--execute``)."""
-    from shimkit.audit.entry import audit_model
+    from shimkit.audit.entry import audit_entries
 
-    models: list[dict[str, Any]] = []
-    index = 0
+    models: Entries = []
+    index, done = 0, 0
     try:
         for index, spec in enumerate(specs):
             if on_progress:
                 on_progress(index, len(specs), spec, None)
-            models.append(audit_model(spec, options, cache=cache))
+            entries = audit_entries(spec, options, cache=cache)
+            models += entries
+            done = index + 1
             if on_progress:
-                on_progress(index, len(specs), spec, models[-1])
+                on_progress(index, len(specs), spec, entries)
     except KeyboardInterrupt:
-        if len(models) == index < len(specs):
-            models.append(failure_entry(specs[index], TaskFailure("interrupted", "KeyboardInterrupt: interrupted", 0.0)))
+        if done == index < len(specs):
+            models += failure_entry(specs[index], TaskFailure("interrupted", "KeyboardInterrupt: interrupted", 0.0))
         return models, True
     return models, False
 
@@ -81,21 +87,23 @@ def _single_threaded_torch() -> None:
     torch.set_num_threads(1)
 
 
-def failure_entry(spec: str, failure: TaskFailure) -> dict[str, Any]:
+def failure_entry(spec: str, failure: TaskFailure) -> Entries:
     """The report entry of a model whose worker gave no result of its own."""
+    from shimkit.audit.loader import split_method
     from shimkit.audit.runner import PHASES
 
     status = "interrupted" if failure.phase == "interrupted" else "error"
-    return {"name": spec, "status": status, "partitions": 0, "kernels": [], "missing": [], "upstream_errors": [],
-            "failure": {"kind": status, "phase": failure.phase, "message": failure.message, "op": None,
-                        "node": None, "source": None, "fixes": [], "traceback": ""},
-            "timings_s": {**dict.fromkeys(PHASES, 0.0), "total": round(failure.seconds, 3)}, "numerics": None,
-            "declines": [], "precision": [], "decompositions": [], "renamed": [], "cached": False}
+    return [{"name": spec, "method": split_method(spec)[1], "status": status, "partitions": 0, "kernels": [],
+             "missing": [], "upstream_errors": [],
+             "failure": {"kind": status, "phase": failure.phase, "message": failure.message, "op": None,
+                         "node": None, "source": None, "fixes": [], "traceback": ""},
+             "timings_s": {**dict.fromkeys(PHASES, 0.0), "total": round(failure.seconds, 3)}, "numerics": None,
+             "declines": [], "precision": [], "decompositions": [], "renamed": [], "cached": False}]
 
 
 def audit_in_workers(specs: Sequence[str], options: AuditOptions, *, jobs: int, timeout: float | None,
-                     on_progress: Callable[[int, int, str, dict[str, Any] | None], None] | None = None,
-                     cache: AuditCache | None = None) -> tuple[list[dict[str, Any]], bool]:
+                     on_progress: Callable[[int, int, str, Entries | None], None] | None = None,
+                     cache: AuditCache | None = None) -> tuple[Entries, bool]:
     """Every model of ``specs`` audited in ``jobs`` worker processes (:mod:`shimkit.audit.workers`): their
     report entries, in order, and whether Ctrl-C cut the run short (the entries then end with the model
     it interrupted)."""
@@ -103,10 +111,11 @@ def audit_in_workers(specs: Sequence[str], options: AuditOptions, *, jobs: int, 
     # survive a fork). CUDA does not survive one either: workers that lower on a real GPU start afresh, one
     # per model, so that a CUDA fault in one model (it poisons the process's context) cannot fail the next.
     fake_device = options.target.fake_device
-    return run_tasks(functools.partial(_audit_one, options=options, cache=cache),
-                     specs, jobs=jobs, timeout=timeout, on_failure=failure_entry, initializer=_single_threaded_torch,
-                     start_method="fork" if fake_device else "spawn",
-                     tasks_per_worker=None if fake_device else 1, on_progress=on_progress)
+    per_model, interrupted = run_tasks(
+        functools.partial(_audit_one, options=options, cache=cache), specs, jobs=jobs, timeout=timeout,
+        on_failure=failure_entry, initializer=_single_threaded_torch, start_method="fork" if fake_device else "spawn",
+        tasks_per_worker=None if fake_device else 1, on_progress=on_progress)
+    return [entry for entries in per_model for entry in entries], interrupted
 
 
 def merge_reports(paths: Sequence[str]) -> dict[str, Any]:

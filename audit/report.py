@@ -18,7 +18,7 @@ from shimkit.audit.provenance import PRE_EDGE, Decomposed, claims
 from shimkit.audit.runner import PHASES, AuditRun, Failure, ModelAudit
 from shimkit.audit.targets import METAL, TARGETS, Target
 
-SCHEMA_VERSION = 1  # additions since: "numerics", "declines", "precision", "cached", "audited_at", "renamed" per model; statuses
+SCHEMA_VERSION = 1  # additions since: "numerics", "declines", "precision", "cached", "audited_at", "renamed", "method" per model; statuses
 # "wrong", "stopped"; failure "traceback", "source", "fixes"; kernel mechanism "runtime"; summary "cached", "stopped";
 # numerics "ran", "reference"; checks "float64_errors", "eager_float64_errors"
 
@@ -223,6 +223,7 @@ def _model_json(audit: ModelAudit, run: AuditRun) -> dict[str, Any]:
     timings["total"] = round(sum(timings.values()), 4)
     entry = {
         "name": audit.name,
+        "method": audit.method,
         "status": audit.status,
         "partitions": audit.partitions,
         "kernels": kernels,

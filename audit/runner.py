@@ -86,6 +86,7 @@ class ModelAudit:
     precision: list[PrecisionChange] = field(default_factory=list)
     decompositions: list[Decomposed] = field(default_factory=list)  # which plugin's decomposition took which node
     renaming: Renaming = field(default_factory=Renaming)  # the model's names generated code could not carry
+    method: str | None = None  # the method of a program of several this audits (its name ends ``#method``)
 
     @property
     def missing(self) -> list[KernelCall]:
@@ -305,17 +306,22 @@ def _stop_at_export(chain: list[BaseException], error: BaseException) -> Failure
     return None
 
 
-def export_model(loaded: LoadedModel) -> torch.export.ExportedProgram:
+def export_model(loaded: LoadedModel, *, plugins: bool = True) -> torch.export.ExportedProgram:
     """``loaded``'s program (a ``.pt2``'s was made pasteable as it loaded), its names that generated code could not
     carry renamed (``loaded.renaming``) and the rest checked before anything generates code from it
-    (:mod:`shimkit.audit.names`)."""
+    (:mod:`shimkit.audit.names`). With ``plugins``, transformers' sparse MoE blocks are exported in their dense form
+    (:func:`shimkit.passes.experts.dense_experts`), which ``torch.export`` accepts where their expert loop stops it;
+    the stock audit exports the model as its author wrote it."""
+    from shimkit.passes.experts import dense_experts
+
     if loaded.exported is not None:
         return loaded.exported
     model = loaded.model.eval() if isinstance(loaded.model, torch.nn.Module) else loaded.model
     # As ExecuTorch's and optimum's export scripts do: a non-strict export runs in-place ops on real buffers the
     # module reaches outside its registered state (a KV cache), which with autograd on leaves them non-leaf
     # tensors that to_backend cannot copy.
-    with torch.no_grad():
+    with torch.no_grad(), dense_experts(model) if plugins and isinstance(model, torch.nn.Module) \
+            else contextlib.nullcontext():
         exported = torch.export.export(model, tuple(loaded.example_inputs), dynamic_shapes=loaded.dynamic_shapes,
                                        strict=False)
     loaded.renaming = make_pasteable(exported, loaded.name)
@@ -333,7 +339,7 @@ def audit_loaded(loaded: LoadedModel, *, config: Any | None, options: AuditOptio
     ``float64="float32"`` lowers float64 computation as float32 with shimkit's plugins
     (:mod:`shimkit.passes.float64`), listing every node it changed in ``precision``; the stock backend is
     audited as it is."""
-    audit = ModelAudit(loaded.name, plugins=config is not None)
+    audit = ModelAudit(loaded.name, plugins=config is not None, method=loaded.method)
     clock = _PhaseClock()
     leftovers = _LoweringLeftovers()
     watch = _LoweringWatch(current_phase="export")
@@ -378,7 +384,7 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
     try:
         backend_cls, partitioner_cls = target.classes()
         with clock.phase("export"):
-            exported = export_model(loaded)
+            exported = export_model(loaded, plugins=config is not None)
         watch.current_phase = "to_edge"
         delegates: list[Callable[..., Any]] = []
         unavailable: list[str] = []
@@ -577,7 +583,7 @@ def run_audit(specs: list[str], options: AuditOptions | None = None, *, registry
     defaults to the process-wide one; with ``plugins=False`` the stock backend is audited and the registry only
     informs fix hints. ``on_progress(index, total, name, audit)`` is called before (``audit=None``) and after
     each."""
-    from shimkit.audit.loader import ModelLoadError, load_model
+    from shimkit.audit.loader import ModelLoadError, load_methods, split_method
 
     options = options_from(options, settings)
     plugins, target = options.plugins, options.target
@@ -587,25 +593,30 @@ def run_audit(specs: list[str], options: AuditOptions | None = None, *, registry
         registry = get_registry()
     config = registry.backend_config(target.device) if plugins else None
     models: list[ModelAudit] = []
-    spec = ""
+    current: str | None = None  # what is being loaded or audited, for a Ctrl-C to name
     try:
         for index, spec in enumerate(specs):
+            current = spec
             if on_progress:
                 on_progress(index, len(specs), spec, None)
             try:
-                loaded = load_model(spec)
+                methods = load_methods(spec)
             except ModelLoadError as error:
-                audit = ModelAudit(spec, plugins=plugins,
-                                   failure=Failure(kind="error", phase="load", message=str(error)))
-            else:
-                audit = audit_loaded(loaded, config=config, options=options)
-            models.append(audit)
-            if on_progress:
-                on_progress(index, len(specs), spec, audit)
+                models.append(ModelAudit(spec, plugins=plugins, method=split_method(spec)[1],
+                                         failure=Failure(kind="error", phase="load", message=str(error))))
+                if on_progress:
+                    on_progress(index, len(specs), spec, models[-1])
+                continue
+            for loaded in methods:  # a program of several methods: a row each, in the factory's order
+                current = loaded.name
+                models.append(audit_loaded(loaded, config=config, options=options))
+                if on_progress:
+                    on_progress(index, len(specs), loaded.name, models[-1])
+            current = None
     except KeyboardInterrupt:
         # Patches were undone on the way out. Report what was audited, and the model cut short.
-        if len(models) < len(specs) and (not models or models[-1].name != spec):
-            models.append(ModelAudit(spec, plugins=plugins, failure=Failure(
+        if current is not None and (not models or models[-1].name != current):
+            models.append(ModelAudit(current, plugins=plugins, method=split_method(current)[1], failure=Failure(
                 kind="interrupted", phase="interrupted", message="KeyboardInterrupt: the audit was interrupted")))
         return AuditRun(models, plugins, registry, config, interrupted=True, target=target)
     return AuditRun(models, plugins, registry, config, target=target)

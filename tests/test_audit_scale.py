@@ -191,8 +191,13 @@ def test_the_progress_line_shows_a_workers_own_time_not_the_wait_for_it():
     stream = io.StringIO()
     progress = _progress(stream)
     progress(0, 2, "a", None)
-    progress(0, 2, "a", {"status": "clean", "timings_s": {"total": 3.25}})
+    progress(0, 2, "a", [{"name": "a", "status": "clean", "timings_s": {"total": 3.25}}])
     assert stream.getvalue() == "[1/2] a ... clean (3.25 s)\n"
+    progress(1, 2, "b", None)  # a program of two methods: a line each, with its own time
+    progress(1, 2, "b", [{"name": "b#encoder", "status": "clean", "timings_s": {"total": 1.5}},
+                         {"name": "b#decoder", "status": "wrong", "timings_s": {"total": 2.0}}])
+    assert stream.getvalue().endswith("[2/2] b ... 2 methods\n    b#encoder: clean (1.50 s)\n"
+                                      "    b#decoder: wrong (2.00 s)\n")
 
 
 

@@ -108,7 +108,7 @@ def test_blocked_plugin_is_named_as_the_fix():
 TOP = {"schema_version", "tool", "versions", "backend", "device", "plugins", "status", "exit_code", "summary", "models"}
 SUMMARY = {"models", "clean", "missing", "wrong", "stopped", "unchecked", "limitation", "error", "interrupted",
            "missing_kernels", "cached"}
-MODEL = {"name", "status", "partitions", "kernels", "missing", "upstream_errors", "failure", "timings_s",
+MODEL = {"name", "method", "status", "partitions", "kernels", "missing", "upstream_errors", "failure", "timings_s",
          "numerics", "declines", "decompositions", "precision", "renamed", "cached"}
 KERNEL = {"name", "mechanism", "op", "status", "provider", "nodes", "fixes"}
 PROVIDER = {"plugin", "source", "op", "claims"}
