@@ -372,9 +372,18 @@ class _ExecutedProgram:
 
     def restore_state(self) -> None:
         """The program's constants, its mutable buffers among them, back to the values it was lowered with."""
+        from shimkit.runtime.program import ProgramError
+
         self._weights.restore()
         if self.program is not None:
-            self.program.restart()
+            try:
+                self.program.restart()
+            except ProgramError as error:
+                # ExecuTorch's own runtime cannot: deleting a program leaves its constants' addresses tracked
+                # (aoti_torch_delete_tensor_object skips a tensor made from a blob, memory.cpp:240-245), and the
+                # next program whose weights land there is refused (memory.cpp:120-126).
+                raise NumericsUnavailable(f"the program, which writes its buffers, could not be loaded afresh for "
+                                          f"the next run: {error}"[:1500]) from error
 
     def take_divergences(self) -> list[tuple[str, str, str]]:
         """What the program's runs since the last take met where upstream's runtime computes otherwise than ATen."""
@@ -474,7 +483,10 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[...,
     interpreter = _DelegatesOnCpu(top, dict(zip(names, delegates)))
     # Every run a verdict compares starts from the state the model had when the check began (InitialState), all of
     # it put back before each run: eager's model and the program handed to Inductor may share their buffers' tensors.
-    restorers = [_restorer(run) for run in (eager, reference, top, *delegates) if run is not None]
+    # A program that writes no buffer has no state to put back (and an executed one is not loaded again).
+    signature = exported.graph_signature
+    restorers = [_restorer(run) for run in (eager, reference, top, *delegates)
+                 if run is not None] if _writes(exported, set(signature.inputs_to_buffers)) else []
 
     def from_the_start() -> None:
         for restore in restorers:
@@ -515,6 +527,36 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[...,
         report.checks.append(_blamed(_compare(sizes, actual, expected, float64_as_float32, references), delegates,
                                      call_sites or {}))
     return report
+
+
+def _writes(exported: torch.export.ExportedProgram, placeholders: set[str]) -> bool:
+    """Whether ``exported`` writes one of ``placeholders`` (by name), or a view of one: as a functional program
+    (``buffers_to_mutate``) or with in-place ops, as torch 2.13's export leaves them before decomposition
+    (``aten.add_.Tensor`` on the buffer, ``index_put_`` on a slice of it)."""
+    signature = exported.graph_signature
+    mutated = set(signature.buffers_to_mutate.values())
+    if {name for name, target in signature.inputs_to_buffers.items() if target in mutated} & placeholders:
+        return True
+    for node in exported.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op != "call_function" or schema is None or not schema.is_mutable:
+            continue
+        for argument, value in zip(schema.arguments, node.args):
+            if argument.alias_info is not None and argument.alias_info.is_write and isinstance(value, fx.Node) \
+                    and _viewed(value).name in placeholders:
+                return True
+    return False
+
+
+def _viewed(node: fx.Node) -> fx.Node:
+    """The node ``node`` is a view of (through ``slice``, ``select``, ``view``...), or ``node`` itself."""
+    while node.op == "call_function" and node.args and isinstance(node.args[0], fx.Node):
+        schema = getattr(node.target, "_schema", None)
+        first = schema.arguments[0] if schema is not None and schema.arguments else None
+        if first is None or first.alias_info is None or first.alias_info.is_write:
+            break
+        node = node.args[0]
+    return node
 
 
 def _blamed(check: NumericsCheck, delegates: list[Callable[..., Any]], call_sites: Mapping[str, str]

@@ -364,3 +364,31 @@ def test_positions_in_the_example_go_on_counting_at_other_sizes():
         length = tokens.shape[1]
         assert torch.equal(position, (3 + torch.arange(length)).expand(2, length))
         assert index.shape == (2, length) and index.min() >= 0 and index.max() <= 3
+
+
+
+class SliceWriter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(2, 8))
+        self.register_buffer("scale", torch.ones(8))
+
+    def forward(self, x):
+        self.cache[:, : x.shape[1]] = x
+        return self.cache * self.scale
+
+
+class ReadsOnly(SliceWriter):
+    def forward(self, x):
+        return self.cache[:, : x.shape[1]] + x * self.scale[: x.shape[1]]
+
+
+@pytest.mark.parametrize("model, writes", [(RunningTotal(), True), (SliceWriter(), True), (ReadsOnly(), False)])
+def test_a_program_that_writes_a_buffer_is_told_from_one_that_reads_them(model, writes):
+    """Only a program with state is put back between runs (an executed one loaded again: ExecuTorch's own runtime
+    refuses a second load in one process)."""
+    from shimkit.audit.numerics import _writes
+
+    exported = export(model, (torch.ones(2, 8),), strict=False)
+    assert _writes(exported, set(exported.graph_signature.inputs_to_buffers)) is writes
+    assert _writes(exported.run_decompositions(), set(exported.graph_signature.inputs_to_buffers)) is writes
