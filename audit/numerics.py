@@ -378,10 +378,7 @@ class _ExecutedProgram:
         if self.program is not None:
             try:
                 self.program.restart()
-            except ProgramError as error:
-                # ExecuTorch's own runtime cannot: deleting a program leaves its constants' addresses tracked
-                # (aoti_torch_delete_tensor_object skips a tensor made from a blob, memory.cpp:240-245), and the
-                # next program whose weights land there is refused (memory.cpp:120-126).
+            except ProgramError as error:  # ExecuTorch's own runtime refuses weights where a deleted program's were
                 raise NumericsUnavailable(f"the program, which writes its buffers, could not be loaded afresh for "
                                           f"the next run: {error}"[:1500]) from error
 

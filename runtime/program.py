@@ -633,6 +633,10 @@ class MetalProgram:
     def __init__(self, wrapper_source: str, constants: Mapping[str, torch.Tensor], *,
                  config: BackendConfig | None = None) -> None:
         self.runtime_path, self.path = _build_side_by_side(wrapper_source, config)
+        # ExecuTorch's own runtime keeps tracking a deleted program's constant addresses (restart): the models a
+        # restart replaced are kept until this program goes, so that no new constant lands at a tracked address.
+        self._upstream = metal_runtime_tree() is not None
+        self._retired: list[ctypes.c_void_p] = []
         self.runtime = load_runtime(self.runtime_path)
         self.library = ctypes.CDLL(str(self.path))
         take_failure(self.runtime)
@@ -653,8 +657,18 @@ class MetalProgram:
         """The program loaded afresh from its weights blob, as ExecuTorch loads a method: its mutable buffers (a KV
         cache a run wrote) hold their first values again. A new model, not the blob loaded into this one:
         AOTInductor's ``load_constants`` frees the old constants' memory but keeps the old handles in its map
-        (``emplace``), so a second ``UpdateConstantsFromBlob`` leaves the model reading freed memory."""
-        self.library.AOTInductorModelContainerDelete(self._container)
+        (``emplace``), so a second ``UpdateConstantsFromBlob`` leaves the model reading freed memory.
+
+        Under ExecuTorch's own runtime the replaced model is kept (its weights' memory with it) until this program
+        goes: that runtime never stops tracking the address of a constant it made from a blob
+        (``aoti_torch_delete_tensor_object`` skips such a tensor, memory.cpp:240-245) and refuses a new constant
+        at a tracked address (memory.cpp:120-126), so a model loaded where a deleted one was cannot start. On a
+        Mac, an app that unloads a Metal program and loads one whose weights land at the same address fails
+        the same way."""
+        if self._upstream:
+            self._retired.append(self._container)
+        else:
+            self.library.AOTInductorModelContainerDelete(self._container)
         self._container = ctypes.c_void_p()
         self._create_container()
         self._update_constants()
@@ -746,6 +760,6 @@ class MetalProgram:
                     self.runtime.aoti_torch_delete_tensor_object(outputs[index])
 
     def __del__(self) -> None:
-        container = getattr(self, "_container", None)
-        if container:
-            self.library.AOTInductorModelContainerDelete(container)
+        for container in [*getattr(self, "_retired", []), getattr(self, "_container", None)]:
+            if container:
+                self.library.AOTInductorModelContainerDelete(container)
