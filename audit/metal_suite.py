@@ -19,6 +19,11 @@ qwen35-moe-decode  ExecuTorch's own Qwen 3.5 MoE (examples/models/qwen3_5_moe, i
                    layers): gated delta-rule linear attention (Qwen3-Next's), full attention, top-2 of 8 experts
                    through metal::gather_qmv; the decode step
 qwen35-moe-prefill the same model's prefill over 2..31 tokens
+parakeet-tdt       Parakeet-TDT as upstream's examples/models/parakeet/export_parakeet_tdt.py exports it: a program of
+                   three methods, ``encoder`` (FastConformer, its output projected for the joint), ``decoder_step``
+                   (the prediction network's embedding and 2-layer LSTM, one token, its state in and out) and
+                   ``joint`` (token and duration argmax); transformers' Parakeet encoder, the rest written from
+                   NeMo's RNNT modules as that script calls them
 qwen3-moe-prefill  transformers' Qwen3-MoE (top-2 of 8 experts), its prefill over 1..31 tokens, exported with its
                    experts dense (shimkit.passes.experts: transformers' expert loop stops torch.export)
 =================  =====================================================================================
@@ -46,11 +51,11 @@ import importlib
 from typing import Any, Callable, Iterator
 
 MODELS = ("llama-prefill", "llama-decode", "gemma3-decode", "whisper-encoder", "parakeet-encoder",
-          "qwen35-moe-decode", "qwen35-moe-prefill", "qwen3-moe-prefill")
+          "qwen35-moe-decode", "qwen35-moe-prefill", "qwen3-moe-prefill", "parakeet-tdt")
 # Upstream's Metal MoE is int4 only (its experts run through metal::gather_qmv): bf16 activations ("int4", as
 # upstream exports it) and float32 activations ("f32") over the same int4 weights.
 MOE = ("qwen35-moe-decode", "qwen35-moe-prefill")
-DECODERS = ("llama-prefill", "llama-decode", "gemma3-decode")
+DECODERS = ("llama-prefill", "llama-decode", "gemma3-decode", "parakeet-tdt")
 CACHE_LENGTH = 32
 INT4_GROUP_SIZE = 32  # upstream's --qlinear fpa4w
 
@@ -62,8 +67,9 @@ def names() -> list[str]:
                             else ("bf16", "f32"))]
 
 
-def build(name: str) -> tuple[Any, tuple[Any, ...]] | tuple[Any, tuple[Any, ...], Any]:
-    """``(model, example_inputs[, dynamic_shapes])`` for a name of :func:`names`."""
+def build(name: str) -> Any:
+    """``(model, example_inputs[, dynamic_shapes])`` for a name of :func:`names`, or a dict of them by method (a
+    program of several: parakeet-tdt)."""
     import torch
 
     model, _, variant = name.rpartition("-")
@@ -177,6 +183,68 @@ def _parakeet_encoder(dtype: Any, int4: bool) -> Any:
     return _encoder(ParakeetEncoder(config), dtype, (1, 64, 16))  # (batch, frames, mel bins)
 
 
+def _parakeet_tdt(dtype: Any, int4: bool) -> dict[str, Any]:
+    """Upstream's three Metal methods of Parakeet-TDT (``export_all``: ``EncoderWithProjection``, ``DecoderStep``,
+    ``JointWithArgmax``), with ``--qlinear fpa4w --qlinear_encoder fpa4w`` for ``int4`` (the joint stays as it is,
+    as upstream quantizes the encoder and the decoder step alone)."""
+    import torch
+    from torch import nn
+    from transformers import ParakeetEncoderConfig
+    from transformers.models.parakeet import ParakeetEncoder
+
+    config = ParakeetEncoderConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                                   num_mel_bins=16, subsampling_conv_channels=16)
+    vocab, durations, pred_hidden, joint_hidden, layers = 32, 5, 32, 48, 2
+
+    class EncoderWithProjection(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = ParakeetEncoder(config)
+            self.project_encoder = nn.Linear(config.hidden_size, joint_hidden)
+
+        def forward(self, features: torch.Tensor) -> torch.Tensor:
+            return self.project_encoder(self.encoder(features).last_hidden_state)
+
+    class DecoderStep(nn.Module):
+        """NeMo's RNNT prediction network, ``predict(y=token, state=[h, c], add_sos=False)``: the token's embedding
+        (the blank, ``vocab``, is its padding index) through the LSTM, projected for the joint."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.embedding = nn.Embedding(vocab + 1, pred_hidden, padding_idx=vocab)
+            self.rnn = nn.LSTM(pred_hidden, pred_hidden, num_layers=layers, batch_first=True)
+            self.project_prednet = nn.Linear(pred_hidden, joint_hidden)
+
+        def forward(self, token: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            g, (h, c) = self.rnn(self.embedding(token), (h, c))
+            return self.project_prednet(g), h, c
+
+    class JointWithArgmax(nn.Module):
+        """NeMo's ``joint_after_projection``: ReLU of the sum through the joint's linear layer, split into token
+        and duration logits, each argmaxed."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.joint_net = nn.Sequential(nn.ReLU(), nn.Linear(joint_hidden, vocab + 1 + durations))
+
+        def forward(self, f: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            logits = self.joint_net(f + g).squeeze()
+            return logits[: vocab + 1].argmax(), logits[vocab + 1:].argmax()
+
+    generator = torch.Generator().manual_seed(0)
+    encoder, decoder, joint = (m.to(dtype).eval() for m in (EncoderWithProjection(), DecoderStep(), JointWithArgmax()))
+    if int4:
+        _quantize_fpa4w(encoder)
+        _quantize_fpa4w(decoder)
+    state = torch.zeros(layers, 1, pred_hidden, dtype=dtype)
+    return {
+        "encoder": (encoder, (torch.randn(1, 64, 16, generator=generator).to(dtype),)),
+        "decoder_step": (decoder, (torch.tensor([[vocab]]), state, state.clone())),
+        "joint": (joint, (torch.randn(1, 1, joint_hidden, generator=generator).to(dtype),
+                          torch.randn(1, 1, joint_hidden, generator=generator).to(dtype))),
+    }
+
+
 def _encoder(encoder: Any, dtype: Any, features: tuple[int, ...]) -> Any:
     """An audio encoder in ``dtype`` returning its last hidden state, and random features of that shape."""
     import torch
@@ -257,5 +325,5 @@ _BUILDERS: dict[str, Callable[[Any, bool], Any]] = {
     "llama-prefill": _llama(prefill=True), "llama-decode": _llama(prefill=False), "gemma3-decode": _gemma3,
     "whisper-encoder": _whisper_encoder, "parakeet-encoder": _parakeet_encoder,
     "qwen35-moe-decode": _qwen35_moe(prefill=False), "qwen35-moe-prefill": _qwen35_moe(prefill=True),
-    "qwen3-moe-prefill": _qwen3_moe_prefill,
+    "qwen3-moe-prefill": _qwen3_moe_prefill, "parakeet-tdt": _parakeet_tdt,
 }

@@ -20,7 +20,7 @@ def test_the_suite_offers_each_model_in_upstreams_dtypes():
     assert "metal/whisper-encoder-f32" in models and "metal/whisper-encoder-int4" not in models
     assert suite_models("metal:*-int4") == ["metal/llama-prefill-int4", "metal/llama-decode-int4",
                                              "metal/gemma3-decode-int4", "metal/qwen35-moe-decode-int4",
-                                             "metal/qwen35-moe-prefill-int4"]
+                                             "metal/qwen35-moe-prefill-int4", "metal/parakeet-tdt-int4"]
     assert "metal/qwen35-moe-decode-f32" in models and "metal/qwen35-moe-decode-bf16" not in models
     with pytest.raises(SuiteError, match="no metal family matches"):
         suite_models("metal:mixtral*")
@@ -72,3 +72,18 @@ def test_a_moved_decoder_step_writes_its_moved_cache():
     assert output.dtype == torch.float64
     caches = [b for n, b in moved.named_buffers() if "key_cache" in n]
     assert caches and all(c.dtype == torch.float64 for c in caches) and any(c.abs().sum() > 0 for c in caches)
+
+
+def test_parakeet_tdt_is_a_program_of_upstreams_three_methods_each_computing_right():
+    """upstream's export_parakeet_tdt.py: encoder, decoder_step (the LSTM state in and out) and joint (argmaxes)."""
+    from shimkit.audit.loader import load_methods
+
+    methods = load_methods("metal/parakeet-tdt-bf16")
+    assert [m.method for m in methods] == ["encoder", "decoder_step", "joint"]
+    token, h, c = methods[1].example_inputs
+    assert h.shape == c.shape == (2, 1, 32) and h.dtype == torch.bfloat16
+    result = to_json(run_audit(["metal/parakeet-tdt-bf16"], registry=new_registry(env=CLEAN_ENV),
+                               check_numerics=True))
+    rows = [(m["name"], m["method"], m["status"]) for m in result["models"]]
+    assert rows == [(f"metal/parakeet-tdt-bf16#{method}", method, "clean")
+                    for method in ("encoder", "decoder_step", "joint")], result["models"]
