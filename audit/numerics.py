@@ -198,7 +198,7 @@ def _like(example: torch.Tensor, shape: list[int], generator: torch.Generator) -
 
 def _counts_up(example: torch.Tensor) -> bool:
     """Whether an integer ``example`` counts up by one along its last dimension, from the same start in every row."""
-    if example.dim() == 0 or example.shape[-1] < 2 or example.dtype == torch.bool:
+    if example.dim() == 0 or example.shape[-1] < 2 or example.numel() == 0 or example.dtype == torch.bool:
         return False
     rows = example.reshape(-1, example.shape[-1])
     return bool((rows.diff(dim=-1) == 1).all()) and bool((rows[:, 0] == rows[0, 0]).all())

@@ -403,7 +403,7 @@ def test_a_store_and_an_audit_cache_reach_a_spawned_worker_by_their_root(tmp_pat
     cache = AuditCache(tmp_path / "store")
     copy = pickle.loads(pickle.dumps(cache))
     assert copy.directory == cache.directory and copy.store is not cache.store
-    copy.put("key", failure_entry("m", TaskFailure("export", "RuntimeError: no", 1.0)))
+    copy.put("key", failure_entry("m", TaskFailure("export", "RuntimeError: no", 1.0))[0])
     assert cache.get("key")["failure"]["message"] == "RuntimeError: no"
 
 
