@@ -646,8 +646,9 @@ class MetalProgram:
         self.num_outputs = self._count("AOTInductorModelContainerGetNumOutputs")
         # What its runs met where upstream's runtime computes otherwise than ATen (take_divergences), in order.
         self.divergences: list[tuple[str, str, str]] = []
-        self._blob = self._weights_blob(constants)
-        self._update_constants()
+        # Kept to load the program afresh (restart): the tensors, not a second copy of their bytes.
+        self._constants = constants
+        self._update_constants(self._weights_blob(constants))
 
     def _create_container(self) -> None:
         self._check(self.library.AOTInductorModelContainerCreateWithDevice(
@@ -671,7 +672,7 @@ class MetalProgram:
             self.library.AOTInductorModelContainerDelete(self._container)
         self._container = ctypes.c_void_p()
         self._create_container()
-        self._update_constants()
+        self._update_constants(self._weights_blob(self._constants))
 
     def _count(self, function: str) -> int:
         count = ctypes.c_size_t()
@@ -720,9 +721,9 @@ class MetalProgram:
             parts.append(data + bytes(size.value - len(data)))
         return b"".join(parts)
 
-    def _update_constants(self) -> None:
+    def _update_constants(self, blob: bytes) -> None:
         """The weights blob handed to the program, as MetalBackend::init does."""
-        buffer = ctypes.create_string_buffer(self._blob, max(len(self._blob), 1))  # the program copies it
+        buffer = ctypes.create_string_buffer(blob, max(len(blob), 1))  # the program copies it
         self._check(self.library.AOTInductorModelUpdateConstantsFromBlob(self._container, buffer),
                     "loading the constants")
 

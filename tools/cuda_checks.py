@@ -122,12 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     stock = json.loads(args.stock.read_text()) if args.stock else {"models": [], "wall_s": 0.0}
     stored = {short(m["name"]) for m in stock["models"]}
     unlowered = [spec for spec in specs if short(spec) not in stored]
+    # One after the other, as before, unless stock's numerics are checked too: then both runs at once.
     with ThreadPoolExecutor(max_workers=2 if args.stock_numerics else 1) as pool:
         fresh = (pool.submit(audit, unlowered, plugins=False, jobs=args.jobs, timeout=args.timeout, out=args.out,
                              numerics=args.stock_numerics)
                  if unlowered else None)  # models the stored stock report predates are lowered stock now
-        if fresh is not None and not args.stock_numerics:
-            fresh.result()
         running = pool.submit(audit, specs, plugins=True, jobs=args.jobs, timeout=args.timeout, out=args.out,
                               numerics=not args.no_numerics)
         if fresh is not None:
