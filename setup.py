@@ -84,6 +84,9 @@ setup(
         "tabulate>=0.9",
     ],
     extras_require={"test": ["pytest>=8", "hypothesis>=6.100"], "suites": ["transformers>=4.50"],
+                    # --suite optimum: optimum-executorch's Metal recipe and the transformers it pins
+                    "optimum": ["optimum-executorch==1.1.0", "optimum==2.0.0", "transformers==5.0.0rc1",
+                                "accelerate>=0.26"],
                     # benchmarks/bench_pocl.py: POCL's CPU device beside shimkit.metal
                     "pocl": ["pyopencl>=2024.1", "pocl-binary-distribution>=3.0"]},
     entry_points={

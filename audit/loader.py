@@ -7,8 +7,9 @@ wrong raises :class:`ModelLoadError` with a message that says what was expected.
 
 A factory may return a program of several methods, as ExecuTorch's ``.pte`` holds them (Whisper's encoder and
 text decoder): a dict of method name to ``(model, example_inputs[, dynamic_shapes])`` or to the
-``ExportedProgram`` an exporter made (optimum-executorch's ``export()`` returns such a dict). Each method is
-audited as a model of its own named ``MODEL#method`` (:func:`load_methods`); ``MODEL#method`` names one.
+``ExportedProgram`` an exporter made (optimum-executorch's ``export()`` returns such a dict), or a :class:`Program`
+of those with the exporter's own lowering settings (:class:`Lowering`). Each method is audited as a model of its own
+named ``MODEL#method`` (:func:`load_methods`); ``MODEL#method`` names one.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ import contextlib
 import difflib
 import hashlib
 import importlib.util
+import inspect
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from types import MappingProxyType
+from typing import Any, Iterator, Mapping
 
+import sympy
 import torch
 
 from shimkit.audit.names import Renaming
@@ -30,6 +34,51 @@ from shimkit.audit.names import Renaming
 
 class ModelLoadError(ValueError):
     """A MODEL argument that names nothing loadable, or whose factory fails."""
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """How an exporter lowers its program, where it departs from stock ``to_edge_transform_and_lower``: the
+    ``EdgeCompileConfig`` fields it sets and the ``transform_passes`` it runs. The audit lowers each method so,
+    stock and with shimkit's plugins (whose edge exceptions are added to the config, not put in its place).
+
+    >>> from executorch.exir.passes.remove_noop_pass import RemoveNoopPass      # doctest: +SKIP
+    >>> Lowering({"_skip_dim_order": True}, (RemoveNoopPass(),))               # doctest: +SKIP
+    """
+
+    compile_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    transform_passes: tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        import dataclasses
+
+        from executorch.exir import EdgeCompileConfig
+
+        known = {f.name for f in dataclasses.fields(EdgeCompileConfig)}
+        unknown = sorted(set(self.compile_options) - known)
+        if unknown:
+            raise ModelLoadError(f"Lowering: {', '.join(map(repr, unknown))} is not an EdgeCompileConfig field "
+                                 f"(fields: {', '.join(sorted(known))})")
+        for each in self.transform_passes:
+            if not callable(each):
+                raise ModelLoadError(f"Lowering: transform pass {each!r} is not callable")
+        object.__setattr__(self, "compile_options", MappingProxyType(dict(self.compile_options)))
+        object.__setattr__(self, "transform_passes", tuple(self.transform_passes))
+
+
+@dataclass(frozen=True)
+class Program:
+    """A program of several methods as an exporter makes and lowers it: ``methods`` maps each method name to
+    ``(model, example_inputs[, dynamic_shapes])`` or to an ``ExportedProgram``; ``lowering`` is the exporter's
+    lowering. A factory returns one where a plain dict of methods would lose how the exporter lowers them.
+
+    >>> def whisper():                                                           # doctest: +SKIP
+    ...     exported = Seq2SeqLMExportableModule(model).export()  # {"encoder": ..., "text_decoder": ...}
+    ...     return Program(exported, Lowering({"_skip_dim_order": True}))
+    """
+
+    methods: Mapping[str, Any]
+    lowering: Lowering = field(default_factory=Lowering)
 
 
 @dataclass
@@ -46,6 +95,8 @@ class LoadedModel:
     renaming: Renaming = field(default_factory=Renaming)
     # The method of a program of several this is (``"encoder"``; its name is then ``MODEL#encoder``), else None
     method: str | None = None
+    # How its exporter lowers it (stock to_edge_transform_and_lower unless a factory's Program says otherwise)
+    lowering: Lowering | None = None
 
 
 # What ``MODEL#method`` may name: a method of an ExecuTorch program is a Python identifier.
@@ -85,6 +136,14 @@ def _from_factory(name: str, factory: Any, where: str) -> LoadedModel | list[Loa
         raise ModelLoadError(f"{where}: the factory called sys.exit({stop.code!r})") from None
     except Exception as error:
         raise ModelLoadError(f"{where}: the factory raised {type(error).__name__}: {error}{_at(error)}") from error
+    if isinstance(produced, Program):
+        if not isinstance(produced.methods, Mapping):
+            raise ModelLoadError(f"{where}: Program.methods must map method names to methods, got "
+                                 f"{type(produced.methods).__name__}")
+        methods = _methods(name, dict(produced.methods), where)
+        for method in methods:
+            method.lowering = produced.lowering
+        return methods
     if isinstance(produced, dict):
         return _methods(name, produced, where)
     return _one_method(name, produced, where)
@@ -103,7 +162,7 @@ def _methods(name: str, produced: dict, where: str) -> list[LoadedModel]:
                                  f"program's methods by such names: 'encoder', 'text_decoder')")
         entry = f"{name}#{method}"
         if isinstance(value, torch.export.ExportedProgram):
-            loaded = LoadedModel(entry, exported=value, method=method)
+            loaded = LoadedModel(entry, exported=_positional(value, f"{where}: method {method!r}"), method=method)
             try:
                 loaded.renaming = make_pasteable(value, entry)
             except Exception as error:
@@ -115,12 +174,68 @@ def _methods(name: str, produced: dict, where: str) -> list[LoadedModel]:
     return methods
 
 
+def _positional(exported: torch.export.ExportedProgram, where: str) -> torch.export.ExportedProgram:
+    """``exported`` taking its inputs flat and in order, as ExecuTorch's runtime calls a method: an exporter's keyword
+    inputs (optimum-executorch's causal LM is exported with ``input_ids=`` and ``cache_position=``) become positional
+    ones, the program and its dynamic sizes unchanged."""
+    from torch.utils import _pytree as pytree
+
+    args, kwargs = exported.example_inputs
+    if not kwargs:
+        return exported
+    flat, spec = pytree.tree_flatten((args, kwargs))
+    method = exported.module()
+
+    class Positional(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.method = method
+
+        def forward(self, *inputs: Any) -> Any:
+            positional, keywords = pytree.tree_unflatten(list(inputs), spec)
+            return self.method(*positional, **keywords)
+
+    # Each input keeps its name in the program it becomes (reports say "cache_position.shape[0]=4").
+    parameter = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    Positional.forward.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("self", parameter)]
+        + [inspect.Parameter(name, parameter) for name in exported.graph_signature.user_inputs])
+    try:
+        with torch.no_grad():
+            return torch.export.export(Positional(), tuple(flat), dynamic_shapes=_dynamic_shapes(exported),
+                                       strict=False)
+    except Exception as error:
+        raise ModelLoadError(f"{where}: its keyword inputs ({', '.join(kwargs)}) could not be made positional "
+                             f"({type(error).__name__}: {error})") from error
+
+
+def _dynamic_shapes(exported: torch.export.ExportedProgram) -> tuple[Any, ...]:
+    """``exported``'s user inputs' dynamic sizes as ``torch.export`` takes them, one entry per flat input (a size
+    two inputs share is one ``Dim``)."""
+    nodes = {node.name: node for node in exported.graph.nodes if node.op == "placeholder"}
+    dims: dict[Any, Any] = {}
+    shapes = []
+    for name in exported.graph_signature.user_inputs:
+        value = nodes[name].meta.get("val")
+        sizes = {}
+        for axis, size in enumerate(getattr(value, "shape", ())):
+            if isinstance(size, torch.SymInt) and not isinstance(size.node.expr, sympy.Integer):
+                symbol = size.node.expr
+                if symbol not in dims:
+                    bounds = exported.range_constraints[symbol]
+                    upper = None if bounds.upper.is_infinite else int(bounds.upper)
+                    dims[symbol] = torch.export.Dim(f"{name}_{axis}", min=int(bounds.lower), max=upper)
+                sizes[axis] = dims[symbol]
+        shapes.append(sizes or None)
+    return tuple(shapes)
+
+
 def _one_method(name: str, produced: Any, where: str) -> LoadedModel:
     if not (isinstance(produced, tuple) and len(produced) in (2, 3)):
         raise ModelLoadError(
             f"{where}: the factory must return (model, example_inputs) or (model, example_inputs, "
-            f"dynamic_shapes), or a dict of method name to those or to an ExportedProgram, got "
-            f"{type(produced).__name__}")
+            f"dynamic_shapes), or a dict of method name to those or to an ExportedProgram (or a Program of "
+            f"them), got {type(produced).__name__}")
     model, example_inputs, *rest = produced
     dynamic_shapes = rest[0] if rest else None
     if isinstance(example_inputs, torch.Tensor):

@@ -287,7 +287,7 @@ def _qwen35_moe(prefill: bool) -> Callable[[Any, bool], Any]:
         for parameter in model.parameters():  # as upstream's --tiny-test initialises it
             parameter.requires_grad_(False)
             parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
-        with _torchao_mps_stand_in():
+        with torchao_mps_stand_in():
             _prepare_and_quantize_metal(model, config, argparse.Namespace(qlinear="fpa4w", qlinear_group_size=32))
         if not prefill:
             return model, (torch.tensor([[0]]), torch.tensor([0]))
@@ -300,7 +300,7 @@ def _qwen35_moe(prefill: bool) -> Callable[[Any, bool], Any]:
 
 
 @contextlib.contextmanager
-def _torchao_mps_stand_in() -> Iterator[None]:
+def torchao_mps_stand_in() -> Iterator[None]:
     """Upstream's quantizer imports ``torchao.experimental.ops.mps``, which raises off macOS: an empty module
     stands in for it while the model is prepared (the ops it registers come from the ``torchao-linear`` plugin)."""
     import sys

@@ -20,7 +20,7 @@ from shimkit.audit.targets import METAL, TARGETS, Target
 
 SCHEMA_VERSION = 1  # additions since: "numerics", "declines", "precision", "cached", "audited_at", "renamed", "method" per model; statuses
 # "wrong", "stopped"; failure "traceback", "source", "fixes"; kernel mechanism "runtime"; summary "cached", "stopped";
-# numerics "ran", "reference"; checks "float64_errors", "eager_float64_errors"
+# numerics "ran", "reference", "skipped"; checks "float64_errors", "eager_float64_errors"
 
 # A model's statuses: findings in the model (exit status 1), then what kept the audit from vouching for it (2).
 FINDINGS = ("missing", "wrong", "stopped")
@@ -266,6 +266,7 @@ def _numerics_json(report: NumericsReport | None) -> dict[str, Any] | None:
         "checks": [{"sizes": c.sizes, "max_errors": c.max_errors, "ok": c.ok, "error": c.error,
                     "float64_errors": c.float64_errors, "eager_float64_errors": c.eager_float64_errors}
                    for c in report.checks],
+        "skipped": [{"sizes": skipped.sizes, "reason": skipped.reason} for skipped in report.skipped],
     }
 
 
@@ -420,6 +421,9 @@ def render_model(model: dict[str, Any]) -> str:
                 float64 = (f"; from float64 [{distances(check['float64_errors'])}], eager's "
                            f"[{distances(check['eager_float64_errors'])}]")
             lines.append(f"  numerics at {sizes}: max error per output [{errors}]{float64} {verdict}")
+        for skipped in numerics.get("skipped", ()):
+            sizes = ", ".join(f"{k}={v}" for k, v in skipped["sizes"].items())
+            lines.append(f"  numerics at {sizes}: not run: {skipped['reason']}")
     if failure is None and model["partitions"] == 0:
         lines.append("  (the partitioner delegated nothing: no part of this model would run on the backend)")
     elif not model["kernels"] and failure is None:

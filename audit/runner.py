@@ -388,7 +388,7 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
         watch.current_phase = "to_edge"
         delegates: list[Callable[..., Any]] = []
         unavailable: list[str] = []
-        float64_eager: Any = None
+        exported_eager: Any = None  # eager, where the model is a program exported already
         with contextlib.ExitStack() as scope:
             if config is not None:
                 from shimkit.integration import registry_backend
@@ -414,14 +414,15 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
             _watch_lowering(patches, backend_cls, clock, audit, watch, to_inductor if numerics else None)
             audit.supported = frozenset(backend_cls.get_supported_fallback_kernels())
             with clock.phase("to_edge"):
-                edge_options = {}
+                edge_options = _exporters_lowering(loaded, config)
+                if loaded.model is None and numerics:
+                    # Before lowering, which takes over the program's constants (a non-persistent buffer's among
+                    # them). Not a deep copy: an exporter's program may hold non-leaf tensors (optimum's caches).
+                    exported_eager = exported.module()
                 if config is not None:  # what a user runs around stock to_edge (README, "Before to_edge")
                     if options.float64 == "float32":
-                        if loaded.model is None and numerics:  # eager is the program as exported
-                            float64_eager = copy.deepcopy(exported).module()
                         exported, audit.precision = lower_float64_as_float32(exported)
                     exported, pre_edge = _prepared_for_edge(config, exported)
-                    edge_options["compile_config"] = config.edge_compile_config()
                 lowered = to_edge_transform_and_lower(
                     exported,
                     partitioner=[partitioner_cls([backend_cls.generate_method_name_compile_spec("forward")])],
@@ -439,7 +440,7 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
         executing = numerics is Numerics.EXECUTE
         with clock.phase("numerics"):
             try:
-                eager = loaded.model if loaded.model is not None else float64_eager or exported.module()
+                eager = loaded.model if loaded.model is not None else exported_eager
                 if not target.fake_device:
                     eager = numerics_check.on_device(eager, torch.device(target.device))
                 if unavailable:
@@ -452,7 +453,7 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
                     delegates = numerics_check.executed_programs(session.wrapper_sources, delegates, config)
                 progress.stage("running the float64 reference")
                 reference = numerics_check.float64_reference(
-                    loaded.model if loaded.model is not None else float64_eager or exported.module())
+                    loaded.model if loaded.model is not None else exported_eager)
                 progress.stage("running the program and eager" if executing else "running the graphs and eager")
                 audit.numerics = numerics_check.compare(lowered.exported_program(), delegates, eager, exported,
                                                   tuple(loaded.example_inputs or exported.example_inputs[0]),
@@ -464,6 +465,23 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
                     f" (raised at {where.describe()})" if where else ""))
             if executing:
                 audit.numerics.ran = "program"
+
+
+def _exporters_lowering(loaded: LoadedModel, config: Any | None) -> dict[str, Any]:
+    """``to_edge_transform_and_lower``'s keyword arguments for ``loaded``: its exporter's ``Lowering`` (the recipe's
+    ``EdgeCompileConfig`` fields and transform passes), with the plugins' edge exceptions where ``config`` is given."""
+    lowering = loaded.lowering
+    options = dict(lowering.compile_options) if lowering is not None else {}
+    arguments: dict[str, Any] = {}
+    if config is not None:
+        arguments["compile_config"] = config.edge_compile_config(**options)
+    elif options:
+        from executorch.exir import EdgeCompileConfig
+
+        arguments["compile_config"] = EdgeCompileConfig(**options)
+    if lowering is not None and lowering.transform_passes:
+        arguments["transform_passes"] = list(lowering.transform_passes)
+    return arguments
 
 
 def _call_sites(recorder: KernelRecorder) -> dict[str, str]:

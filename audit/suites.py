@@ -13,6 +13,10 @@ not installed is a clear error naming the package.
 * ``metal``: what ExecuTorch's Metal backend is used for, exported as upstream exports it (bfloat16, float32
   and fpa4w int4; LLM decoders with a static KV cache, speech encoders): :mod:`shimkit.audit.metal_suite`.
 
+* ``optimum``: what ``optimum-cli export executorch --recipe metal`` exports (Whisper, Qwen3, Gemma3, Voxtral),
+  built by optimum-executorch itself, a program of several methods each: :mod:`shimkit.audit.optimum_suite`.
+  It needs optimum-executorch and the transformers it pins (``pip install shimkit[optimum]``, ``./dev optimum``).
+
 torchvision and timm suites are not offered: PyPI's Linux torchvision wheels are CUDA builds whose
 operators do not load against the CPU torch this project pins, and timm needs torchvision.
 """
@@ -23,9 +27,11 @@ import fnmatch
 import importlib.util
 from typing import Any
 
-SUITES = ("transformers", "metal")
-# The library each suite is built from.
-_LIBRARY = {"transformers": "transformers", "metal": "transformers"}
+SUITES = ("transformers", "metal", "optimum")
+# The module each suite is built from, and what installs it.
+_LIBRARY = {"transformers": "transformers", "metal": "transformers", "optimum": "optimum.exporters.executorch"}
+_INSTALL = {"transformers": "pip install shimkit[suites]", "metal": "pip install shimkit[suites]",
+            "optimum": "pip install shimkit[optimum] (an environment of its own: ./dev optimum)"}
 TRANSFORMERS_FAMILIES = (
     "bert", "distilbert", "roberta", "albert", "electra", "gpt2", "gpt_neo", "llama", "mistral", "qwen2", "phi",
     "gemma", "t5", "bart", "vit", "deit", "convnext", "swin", "segformer", "whisper", "wav2vec2",
@@ -62,8 +68,8 @@ def suite_models(argument: str) -> list[str]:
     suite, _, pattern = argument.partition(":")
     if suite not in SUITES:
         raise SuiteError(f"--suite {argument!r}: unknown suite {suite!r} (suites: {', '.join(SUITES)})")
-    if importlib.util.find_spec(_LIBRARY[suite]) is None:
-        raise SuiteError(f"--suite {suite} needs the {_LIBRARY[suite]} package: pip install shimkit[suites]")
+    if not _installed(suite):
+        raise SuiteError(f"--suite {suite} needs {_LIBRARY[suite]}: {_INSTALL[suite]}")
     offered = _families(suite)
     families = [f for f in offered if fnmatch.fnmatchcase(f, pattern or "*")]
     if not families:
@@ -72,11 +78,22 @@ def suite_models(argument: str) -> list[str]:
     return [f"{suite}/{family}" for family in families]
 
 
+def _installed(suite: str) -> bool:
+    try:
+        return importlib.util.find_spec(_LIBRARY[suite]) is not None
+    except ModuleNotFoundError:  # a dotted name whose parent package is missing
+        return False
+
+
 def _families(suite: str) -> list[str]:
     if suite == "metal":
         from shimkit.audit.metal_suite import names
 
         return names()
+    if suite == "optimum":
+        from shimkit.audit.optimum_suite import names as optimum_names
+
+        return optimum_names()
     return list(TRANSFORMERS_FAMILIES)
 
 
@@ -85,19 +102,24 @@ def is_suite_model(spec: str) -> bool:
     return bool(slash) and suite in SUITES and family in _families(suite)
 
 
-def build(spec: str) -> tuple[Any, ...]:
-    """``(model, example_inputs)`` for a suite MODEL argument such as ``transformers/bert``."""
+def build(spec: str) -> Any:
+    """``(model, example_inputs)`` for a suite MODEL argument such as ``transformers/bert`` (a program of several
+    methods for some: ``metal/parakeet-tdt-bf16``, ``optimum/whisper-bf16``)."""
     import torch
 
     suite, _, family = spec.partition("/")
-    if importlib.util.find_spec(_LIBRARY[suite]) is None:
-        raise SuiteError(f"{spec}: needs the {_LIBRARY[suite]} package: pip install shimkit[suites]")
+    if not _installed(suite):
+        raise SuiteError(f"{spec}: needs {_LIBRARY[suite]}: {_INSTALL[suite]}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         if suite == "metal":
             from shimkit.audit.metal_suite import build as build_metal
 
             return build_metal(family)
+        if suite == "optimum":
+            from shimkit.audit.optimum_suite import build as build_optimum
+
+            return build_optimum(family)
         return _transformers_model(family)
 
 

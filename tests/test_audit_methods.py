@@ -11,6 +11,7 @@ import json
 import textwrap
 
 import pytest
+import torch
 
 from shimkit.audit.cli import configure_parser, run
 from shimkit.audit.loader import ModelLoadError, load_methods, load_model, split_method
@@ -49,6 +50,53 @@ PROGRAM = textwrap.dedent("""
                 Decoder(), (torch.tensor([[3, 4, 5]]), torch.arange(3), torch.randn(1, 6, 16)),
                 dynamic_shapes=({1: length}, {0: length}, None), strict=False),
         }
+
+
+    SEEN = []  # what the exporter's transform pass saw, a list per lowering
+
+
+    class Seen(torch.fx.passes.infra.pass_base.PassBase):
+        def call(self, graph_module):
+            SEEN.append(sorted({str(n.target) for n in graph_module.graph.nodes if n.op == "call_function"}))
+            return torch.fx.passes.infra.pass_base.PassResult(graph_module, False)
+
+
+    class Half(torch.nn.Module):
+        def forward(self, x):
+            return (x.to(torch.float16) * 2).to(torch.float32)
+
+
+    def recipe():
+        # As optimum-executorch's Metal recipe lowers its methods: its own EdgeCompileConfig fields and passes.
+        from shimkit.audit.loader import Lowering, Program
+
+        return Program({"forward": (Half(), (torch.ones(4),))}, Lowering({"_skip_dim_order": True}, (Seen(),)))
+
+
+    def misspelt_recipe():
+        from shimkit.audit.loader import Lowering, Program
+
+        return Program({"forward": (Half(), (torch.ones(4),))}, Lowering({"skip_dim_order": True}))
+
+
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("cache", torch.zeros(1, 8, 4))
+            self.register_buffer("scale", torch.tensor(2.0), persistent=False)
+            self.proj = torch.nn.Linear(4, 4)
+
+        def forward(self, input_ids, cache_position):
+            self.cache.index_copy_(1, cache_position, self.proj(input_ids))
+            return self.cache.cumsum(1) * self.scale
+
+
+    def keywords():
+        # As optimum-executorch exports a causal LM: keyword inputs, a non-persistent buffer, a cache it writes.
+        length = Dim("length", min=1, max=7)
+        return {"forward": torch.export.export(
+            Step(), (), {"input_ids": torch.randn(1, 3, 4), "cache_position": torch.arange(3)},
+            dynamic_shapes={"input_ids": {1: length}, "cache_position": {0: length}}, strict=False)}
 
 
     def badly_named():
@@ -142,3 +190,36 @@ def test_loading_says_what_is_wrong_with_a_program_of_methods(program_file):
 ])
 def test_a_method_is_what_follows_the_last_hash_when_it_is_an_identifier(spec, split):
     assert split_method(spec) == split
+
+
+def test_a_program_is_lowered_as_its_exporter_lowers_it(program_file):
+    from shimkit.audit.runner import audit_loaded
+    from shimkit.backend import backend_config
+
+    (loaded,) = load_methods(f"{program_file}:recipe")
+    assert loaded.name.endswith("#forward") and dict(loaded.lowering.compile_options) == {"_skip_dim_order": True}
+    (seen,) = loaded.lowering.transform_passes
+    runs = type(seen).call.__globals__["SEEN"]  # the factory file's own list
+    for config in (backend_config("mps"), None):  # with shimkit's plugins, then stock
+        result = audit_loaded(loaded, config=config)
+        assert result.failure is None, result.failure
+    assert len(runs) == 2  # the exporter's pass ran in both lowerings
+    for ops in runs:  # _skip_dim_order: the casts stay _to_copy, as the recipe's edge program has them
+        assert any("aten._to_copy.default" in op for op in ops) and not any("dim_order" in op for op in ops), ops
+
+
+def test_a_lowering_names_what_is_not_an_edge_compile_config_field(program_file):
+    with pytest.raises(ModelLoadError, match=r"'skip_dim_order' is not an EdgeCompileConfig field .*_skip_dim_order"):
+        load_methods(f"{program_file}:misspelt_recipe")
+
+
+def test_an_exported_method_with_keyword_inputs_is_called_with_them_in_order(program_file, tmp_path):
+    (loaded,) = load_methods(f"{program_file}:keywords")
+    assert loaded.exported.example_inputs[1] == {}  # flat and positional, as ExecuTorch's runtime calls a method
+    assert list(loaded.exported.graph_signature.user_inputs) == ["input_ids", "cache_position"]
+    assert {str(r.lower) for r in loaded.exported.range_constraints.values()} == {"1"}
+    code, report, _ = audit("--check-numerics", "--cache-dir", str(tmp_path), f"{program_file}:keywords")
+    (entry,) = report["models"]
+    assert code == 0 and entry["status"] == "clean", entry
+    checked = entry["numerics"]["checks"]
+    assert len(checked) > 1 and any("input_ids.shape[1]" in c["sizes"] for c in checked), checked

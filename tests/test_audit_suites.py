@@ -22,6 +22,17 @@ def test_suite_arguments_select_families():
         suite_models("transformers:nope")
 
 
+def test_the_optimum_suite_outside_its_stack_says_how_to_install_it():
+    import importlib.util
+
+    if importlib.util.find_spec("optimum") is not None:
+        pytest.skip("optimum is installed here: tests/test_audit_optimum.py covers the suite")
+    with pytest.raises(SuiteError, match=r"optimum\.exporters\.executorch: pip install shimkit\[optimum\].*\./dev optimum"):
+        suite_models("optimum")
+    with pytest.raises(SuiteError, match=r"optimum/whisper-bf16: needs optimum\.exporters\.executorch"):
+        build("optimum/whisper-bf16")
+
+
 def test_models_are_built_small_and_seeded_without_touching_the_callers_rng():
     import torch
 
