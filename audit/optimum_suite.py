@@ -141,8 +141,8 @@ _VOXTRAL_AUDIO_TOKEN = 24
 class _VoxtralProcessor:
     """What the exporter asks of Voxtral's processor (``AudioExportableModule``: ``apply_chat_template`` on a
     conversation with an audio URL), answered locally: VoxtralProcessor needs mistral_common's tokenizer and fetches
-    that URL. The audio is a 440 Hz tone padded to whole chunks, its features made by transformers' own
-    ``VoxtralProcessor._retrieve_input_features``."""
+    that URL. The audio is a 440 Hz tone padded to whole chunks, its features made by the model's own
+    ``WhisperFeatureExtractor`` and cut into chunks as ``VoxtralProcessor._retrieve_input_features`` does."""
 
     def __init__(self, folder: str) -> None:
         from transformers import AutoConfig, WhisperFeatureExtractor
@@ -158,20 +158,20 @@ class _VoxtralProcessor:
         import numpy
         import torch
         from transformers import BatchFeature
-        from transformers.models.voxtral.processing_voxtral import VoxtralProcessor
 
-        rate, chunk = self.feature_extractor.sampling_rate, self.feature_extractor.n_samples
-        clips = []
+        extractor = self.feature_extractor
+        rate, chunk = extractor.sampling_rate, extractor.n_samples
+        chunks = []
         for message in conversation:
             for part in message["content"]:
                 if part.get("type") == "audio":
                     tone = 0.1 * numpy.sin(2 * numpy.pi * 440 * numpy.arange(int(0.6 * rate)) / rate)
-                    clips.append(numpy.pad(tone.astype(numpy.float32), (0, -len(tone) % chunk)))
-        features = VoxtralProcessor._retrieve_input_features(
-            self, clips, self.frames, sampling_rate=rate, return_attention_mask=False, padding=True,
-            truncation=False, return_tensors="pt")
+                    clip = numpy.pad(tone.astype(numpy.float32), (0, -len(tone) % chunk))
+                    features = extractor(clip, sampling_rate=rate, return_tensors="pt")["input_features"]
+                    # As VoxtralProcessor lays them out: the clip's frames cut into chunks along the batch.
+                    chunks.append(features.reshape(extractor.feature_size, -1, self.frames).transpose(0, 1))
         tokens = [1, *[_VOXTRAL_AUDIO_TOKEN] * (self.frames // 2 // 4), 2]
-        return BatchFeature(data={"input_ids": torch.tensor([tokens]), "input_features": features})
+        return BatchFeature(data={"input_ids": torch.tensor([tokens]), "input_features": torch.cat(chunks)})
 
 
 class _WithProcessor:
