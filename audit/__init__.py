@@ -22,7 +22,7 @@ check_versions()  # as shimkit.registry and shimkit.passes do, before anything t
 _EXPORTS = {
     "AuditEnvironmentError": "fake_mps", "check_torch_version": "fake_mps", "fake_mps_lowering": "fake_mps",
     "LoadedModel": "loader", "ModelLoadError": "loader", "load_model": "loader", "load_methods": "loader",
-    "Lowering": "loader", "Program": "loader",
+    "Lowering": "programs", "Program": "programs",
     "SCHEMA_VERSION": "report", "exit_code": "report", "render_text": "report", "to_json": "report",
     "AuditRun": "runner", "ModelAudit": "runner", "audit_loaded": "runner", "run_audit": "runner",
     "AuditOptions": "options", "Numerics": "options",

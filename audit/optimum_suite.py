@@ -52,7 +52,7 @@ def build(name: str) -> Any:
     """The :class:`~shimkit.audit.loader.Program` optimum-executorch's Metal recipe lowers for ``name``."""
     from optimum.executorch.passes.remove_padding_idx_embedding_pass import RemovePaddingIdxEmbeddingPass
 
-    from shimkit.audit.loader import Lowering, Program
+    from shimkit.audit.programs import Lowering, Program
 
     model, _, variant = name.rpartition("-")
     quantization = {"qlinear": "fpa4w", "qlinear_encoder": "fpa4w"} if variant == "int4" else {}

@@ -40,12 +40,21 @@ class ContiguousOperands(ShimkitPass):
         self.operands = {op: _argument_slots(op, names) for op, names in operands.items()}
 
     def transform(self, graph: fx.Graph, context: PassContext) -> bool:
+        from torch._higher_order_ops.auto_functionalize import auto_functionalized, auto_functionalized_v2
         from torch._inductor import inductor_prims  # registers the prim; this pass runs inside Inductor anyway
 
         force_stride_order = inductor_prims.force_stride_order
         changed = False
-        for node in [n for n in graph.nodes if n.op == "call_function" and n.target in self.operands]:
-            for index, name in self.operands[node.target]:
+        for node in [n for n in graph.nodes if n.op == "call_function"]:
+            # An op that writes an argument in place (metal::gated_delta_rule's state) reaches post_grad wrapped in
+            # auto_functionalized, the op its first argument and the others passed by name.
+            functionalized = node.target in (auto_functionalized, auto_functionalized_v2) and bool(node.args)
+            op = node.args[0] if functionalized else node.target
+            if op not in self.operands:
+                continue
+            for index, name in self.operands[op]:
+                if functionalized:
+                    index = len(node.args)  # by name
                 value = operand(node, index, name)
                 fake = value.meta.get("val") if isinstance(value, fx.Node) else None
                 if not isinstance(fake, torch.Tensor) or value.target is force_stride_order:
@@ -56,5 +65,21 @@ class ContiguousOperands(ShimkitPass):
                 copy.meta = {key: node.meta[key] for key in PROVENANCE_META if key in node.meta}
                 copy.meta["val"] = dense
                 set_operand(node, index, name, copy)
+                _record_eager_stride(node, index, name, dense)
                 changed = True
         return changed
+
+
+def _record_eager_stride(node: fx.Node, index: int, name: str, dense: torch.Tensor) -> None:
+    """A custom op is lowered with each operand in the strides eager gave it (``meta["eager_input_vals"]``, Inductor's
+    ``constrain_to_fake_tensors``), which would lay the dense copy out as the strided original again: the operand's
+    recorded eager value becomes the dense one."""
+    recorded = node.meta.get("eager_input_vals")
+    if recorded is None:
+        return
+    fake_args, fake_kwargs = recorded
+    if len(fake_args) > index:
+        fake_args = (*fake_args[:index], dense, *fake_args[index + 1:])
+    elif name in fake_kwargs:
+        fake_kwargs = {**fake_kwargs, name: dense}
+    node.meta["eager_input_vals"] = (tuple(fake_args), fake_kwargs)

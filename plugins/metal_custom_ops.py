@@ -7,7 +7,7 @@ prototypes here always match the runtime ExecuTorch ships.
 from shimkit.registry import OpPlugin, PassSpec, Shim, canonical_op_name, hookimpl
 
 
-def _plugin(name: str, c_shim_table: dict, doc: str) -> OpPlugin:
+def _plugin(name: str, c_shim_table: dict, doc: str, dense_operands: tuple[str, ...]) -> OpPlugin:
     ((op, prototypes),) = c_shim_table.items()
     op_name = canonical_op_name(op)
     schema_name = op_name.rsplit(".", 1)[0]
@@ -16,7 +16,7 @@ def _plugin(name: str, c_shim_table: dict, doc: str) -> OpPlugin:
         name=name,
         ops=(op,),
         shims=(Shim(op=op, device="mps", symbol=symbol, recorded_names=(schema_name,),
-                    c_prototype=prototypes[0], provided_by_runtime=True),),
+                    c_prototype=prototypes[0], provided_by_runtime=True, dense_operands=dense_operands),),
         references={op: op},
         doc=doc,
     )
@@ -27,10 +27,16 @@ def shimkit_op_plugins():
     from executorch.backends.apple.metal.ops.gated_delta_rule import metal_gated_delta_rule_c_shim
     from executorch.backends.apple.metal.ops.gather_qmv import metal_gather_qmv_c_shim
 
+    # Upstream's op_gather_qmv.mm and op_gated_delta_rule.mm read every operand through sizes() alone, as dense
+    # memory from its data pointer (runtime/native/fallbacks/gather_qmv.cpp, gated_delta_rule.cpp): a transposed
+    # or channels-last operand computes wrong on a Mac. gated_delta_rule's state is left as it is: the op writes
+    # it in place, so a dense copy would take the update away from the cache it belongs to.
     yield _plugin("gather-qmv", metal_gather_qmv_c_shim,
-                  "Expert-indexed INT4 quantized matmul for MoE (metal::gather_qmv).")
+                  "Expert-indexed INT4 quantized matmul for MoE (metal::gather_qmv).",
+                  ("x", "w", "scales", "biases", "expert_indices"))
     yield _plugin("gated-delta-rule", metal_gated_delta_rule_c_shim,
-                  "Gated delta-rule recurrence for linear attention (metal::gated_delta_rule).")
+                  "Gated delta-rule recurrence for linear attention (metal::gated_delta_rule).",
+                  ("q", "k", "v", "g", "beta"))
 
 
 @hookimpl

@@ -68,13 +68,13 @@ PROGRAM = textwrap.dedent("""
 
     def recipe():
         # As optimum-executorch's Metal recipe lowers its methods: its own EdgeCompileConfig fields and passes.
-        from shimkit.audit.loader import Lowering, Program
+        from shimkit.audit.programs import Lowering, Program
 
         return Program({"forward": (Half(), (torch.ones(4),))}, Lowering({"_skip_dim_order": True}, (Seen(),)))
 
 
     def misspelt_recipe():
-        from shimkit.audit.loader import Lowering, Program
+        from shimkit.audit.programs import Lowering, Program
 
         return Program({"forward": (Half(), (torch.ones(4),))}, Lowering({"skip_dim_order": True}))
 
