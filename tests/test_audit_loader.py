@@ -64,7 +64,7 @@ def test_a_factory_of_random_weights_builds_the_same_model_each_load_and_leaves_
      "the factory raised ValueError: no weights here (at "),
     ("def make():\n    return torch.nn.ReLU()\n", ":make",
      "must return (model, example_inputs) or (model, example_inputs, dynamic_shapes), or a dict of method name to "
-     "those or to an ExportedProgram, got ReLU"),
+     "those or to an ExportedProgram (or a Program of them), got ReLU"),
     ("def make():\n    return torch.nn.ReLU(), 3\n", ":make", "example_inputs must be a tensor or a tuple"),
     ("raise ImportError('broken import')\n", ":make", "importing"),
     ("def make():\n    pass\n", ":1make", "is not a Python identifier"),
