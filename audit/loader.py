@@ -117,11 +117,13 @@ def _methods(name: str, produced: dict, where: str) -> list[LoadedModel]:
                                  f"program's methods by such names: 'encoder', 'text_decoder')")
         entry = f"{name}#{method}"
         if isinstance(value, torch.export.ExportedProgram):
-            loaded = LoadedModel(entry, exported=_positional(value, f"{where}: method {method!r}"), method=method)
+            # Pasteable first: making keyword inputs positional runs the program's module, names and guards.
             try:
-                loaded.renaming = make_pasteable(value, entry)
+                renaming = make_pasteable(value, entry)
             except Exception as error:
                 raise ModelLoadError(f"{where}: method {method!r}: {error}") from None
+            loaded = LoadedModel(entry, exported=_positional(value, f"{where}: method {method!r}"), method=method,
+                                 renaming=renaming)
         else:
             loaded = _one_method(entry, value, f"{where}: method {method!r}")
             loaded.method = method

@@ -265,8 +265,8 @@ class AotiCompiled:
     The program is exported and compiled once, on the first call; the dimensions that are symbolic in its inputs
     stay dynamic, so one compilation answers every :func:`size_plans` plan. Each call loads the package afresh:
     a mutable buffer starts every call from the program's weights, as :func:`compare` starts eager. Operands
-    arrive on the CPU (the top-level program runs there) and results go back to it. A crash or hang of the child is a
-    :class:`NumericsUnavailable` naming it: the audit reports the model ``unchecked``.
+    arrive on the CPU (the top-level program runs there) and results go back to it. A crash or hang of the child is
+    a :class:`NumericsUnavailable` naming it: the audit reports the model ``unchecked``.
     """
 
     def __init__(self, module: fx.GraphModule, example_inputs: tuple[Any, ...], device: torch.device,
@@ -477,7 +477,8 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[...,
     does a program drawing random numbers (a float64 run draws other samples, so its distance says nothing).
     Eager, the reference and the program each start every plan's run from the state they had when the check began
     (a KV cache is not carried from one plan into the next). A run whose executed program met a known divergence
-    of upstream's runtime (``take_divergences``) is wrong whatever its numbers, said with the c-shim, the behaviour and ``call_sites[c-shim]`` (where the model calls it)."""
+    of upstream's runtime (``take_divergences``) is wrong whatever its numbers, said with the c-shim, the behaviour
+    and ``call_sites[c-shim]`` (where the model calls it)."""
     if reference is not None and draws_random_numbers(exported):
         reference = None
     report = NumericsReport(reference="float64" if reference is not None else "eager")

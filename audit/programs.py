@@ -30,7 +30,7 @@ class Lowering:
         unknown = sorted(set(self.compile_options) - known)
         if unknown:
             raise ValueError(f"Lowering: {', '.join(map(repr, unknown))} is not an EdgeCompileConfig field "
-                                 f"(fields: {', '.join(sorted(known))})")
+                             f"(fields: {', '.join(sorted(known))})")
         for each in self.transform_passes:
             if not callable(each):
                 raise ValueError(f"Lowering: transform pass {each!r} is not callable")

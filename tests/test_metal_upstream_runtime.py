@@ -176,4 +176,3 @@ def test_what_op_topk_mm_and_op_bmm_mm_read_or_refuse_stock_shimkit_hands_them_d
     stock = _execute(spec, plugins=False)
     assert stock.status == "wrong" and stock_error in stock.numerics.checks[0].error, stock.numerics.checks
     assert _execute(spec, plugins=True).status == "clean"
-
