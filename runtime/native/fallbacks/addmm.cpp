@@ -4,7 +4,7 @@
 //
 // out = beta * self + alpha * (mat1 @ mat2), computed as upstream's MPSGraph is built (:210-237): the product of
 // mat1 and mat2 in their dtype (its float32 accumulation assumed, as MPS's matrix multiplication does for 16-bit
-// types), multiplied by alpha only where alpha != 1, plus self multiplied by beta only where beta != 1, each graph
+// types: matrix_product.h), multiplied by alpha only where alpha != 1, plus self multiplied by beta only where beta != 1, each graph
 // operation rounding once to the dtype, so bfloat16 rounds up to three times where ATen rounds once.
 //
 // What upstream computes, where it is not what ATen computes (each noted as a divergence, so the verdict says so):
@@ -74,15 +74,14 @@ Status addmm_out(AtenTensorHandle out_handle, AtenTensorHandle self_handle, Aten
                              "the result", self.layout());
   }
 
-  std::vector<float> product;
-  batched_product(load_dense(dense_mat1), load_dense(dense_mat2), 1, m, k, n, &product);
+  const std::vector<float> products = product(1, m, k, n, dense_mat1, dense_mat2);
   const std::vector<float> bias = load_dense(dense_self);
   const float alpha_value = rounded(mat1, static_cast<float>(alpha));  // constantWithScalar: ... dataType: the dtype
   const float beta_value = rounded(mat1, static_cast<float>(beta));
   std::vector<float> result(static_cast<std::size_t>(m * n));
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
-      float term = rounded(mat1, product[static_cast<std::size_t>(i * n + j)]);
+      float term = rounded(mat1, products[static_cast<std::size_t>(i * n + j)]);
       if (alpha != 1.0) term = rounded(mat1, term * alpha_value);
       const int64_t row = self.dim() == 2 && self.size(0) != 1 ? i : 0;
       const int64_t column = self.dim() >= 1 && self.size(self.dim() - 1) != 1 ? j : 0;

@@ -234,25 +234,15 @@ Status write_out_as_upstream(const char* symbol, const char* file, const Arg& ou
   return Status::ok();
 }
 
-// out[b] = lhs[b] @ rhs[b] for row-major float blocks; every input is read before out is written,
-// so out may alias an input.
-void batched_product(const std::vector<float>& lhs, const std::vector<float>& rhs, int64_t batch, int64_t m,
-                     int64_t k, int64_t n, std::vector<float>* result) {
-  result->assign(static_cast<std::size_t>(batch * m * n), 0.0f);
-  std::vector<float> column(static_cast<std::size_t>(k));
-  for (int64_t b = 0; b < batch; ++b) {
-    const float* a = lhs.data() + b * m * k;
-    const float* w = rhs.data() + b * k * n;
-    float* c = result->data() + b * m * n;
-    for (int64_t j = 0; j < n; ++j) {
-      for (int64_t p = 0; p < k; ++p) column[static_cast<std::size_t>(p)] = w[p * n + j];
-      for (int64_t i = 0; i < m; ++i) {
-        float acc = 0.0f;
-        for (int64_t p = 0; p < k; ++p) acc += a[i * k + p] * column[static_cast<std::size_t>(p)];
-        c[i * n + j] = acc;
-      }
-    }
-  }
+std::vector<float> product(int64_t batch, int64_t m, int64_t k, int64_t n, const Arg& lhs, const Arg& rhs) {
+  const auto operand = [](const Arg& arg) {
+    const int64_t first = arg.dim() - 2;  // a 2-D operand is a batch of one
+    return MatrixOperand{arg.view.data, arg.view.dtype, first == 0 ? 0 : arg.stride(0), arg.stride(first),
+                         arg.stride(first + 1)};
+  };
+  std::vector<float> result(static_cast<std::size_t>(batch * m * n));
+  matrix_product(batch, m, k, n, operand(lhs), operand(rhs), result.data());
+  return result;
 }
 
 Result::~Result() {
@@ -286,6 +276,10 @@ Status hand_over(Result* first, AtenTensorHandle* ret0, Result* second, AtenTens
 
 std::vector<float> load_dense(const Arg& arg) {
   std::vector<float> values(static_cast<std::size_t>(arg.numel()));
+  if (arg.contiguous()) {  // the common case, without an index per element
+    for (int64_t e = 0; e < arg.numel(); ++e) values[static_cast<std::size_t>(e)] = arg.load(e);
+    return values;
+  }
   for_each_index(arg.view.sizes, [&](int64_t linear, const std::vector<int64_t>& index) {
     values[static_cast<std::size_t>(linear)] = arg.load(offset_of(index, arg.view.strides));
   });
@@ -293,6 +287,10 @@ std::vector<float> load_dense(const Arg& arg) {
 }
 
 void store_dense(const Arg& arg, const std::vector<float>& values) {
+  if (arg.contiguous()) {
+    for (int64_t e = 0; e < arg.numel(); ++e) arg.store(e, values[static_cast<std::size_t>(e)]);
+    return;
+  }
   for_each_index(arg.view.sizes, [&](int64_t linear, const std::vector<int64_t>& index) {
     arg.store(offset_of(index, arg.view.strides), values[static_cast<std::size_t>(linear)]);
   });

@@ -21,6 +21,7 @@
 #include "shimkit/dtype.h"
 #include "shimkit/status.h"
 #include "shimkit/tensor_view.h"
+#include "matrix_product.h"
 
 namespace shimkit {
 namespace metal_fallbacks {
@@ -138,10 +139,11 @@ inline int64_t offset_of(const std::vector<int64_t>& index, const std::vector<in
   return offset;
 }
 
-// result[b] = lhs[b] @ rhs[b] for row-major float blocks of [m, k] and [k, n], accumulated in float32.
-void batched_product(const std::vector<float>& lhs, const std::vector<float>& rhs, int64_t batch, int64_t m,
-                     int64_t k, int64_t n, std::vector<float>* result);
-
+// lhs @ rhs as a dense float32 [batch, m, n] (matrix_product.h: the sum over k in order, unfused), for 2-D
+// operands of [m, k] and [k, n] (batch 1) or 3-D ones of [batch, m, k] and [batch, k, n], read at their strides
+// (those an upstream op assumes, where read_as_upstream gave them). The result is a copy: an operand may alias
+// the tensor it is stored into.
+std::vector<float> product(int64_t batch, int64_t m, int64_t k, int64_t n, const Arg& lhs, const Arg& rhs);
 // The elements of a float tensor as float32, in row-major order of its index.
 std::vector<float> load_dense(const Arg& arg);
 // Writes row-major `values` into `arg` (any strides), rounding once to its dtype.

@@ -2,7 +2,7 @@
 // metal::gather_qmv(x, w, scales, biases, expert_indices, group_size), the mixture-of-experts product
 // y[i] = W[e] @ x[i] with e = expert_indices[i] and W[e][n, k] = scales[e, n, k / group_size] * q + biases[e, n,
 // k / group_size] (MLX's affine 4-bit format: q the unsigned nibble k of w[e, n], low nibble first).
-// Returns a new contiguous [P, N] tensor of x's dtype, accumulated in float32 and rounded once, as the Metal kernel
+// Returns a new contiguous [P, N] tensor of x's dtype, accumulated in float32 (matrix_product.h) and rounded once, as the Metal kernel
 // (op_gather_qmv.mm:149-193, pytorch/executorch cff6f4d) does; the Python reference rounds the dequantized weights
 // to the scales' dtype first.
 //
@@ -18,6 +18,8 @@
 // and biases as x's dtype, w as bytes and the indices as uint32): scales or biases not of x's dtype or shape, w not
 // uint8, expert_indices not int32 (the upstream model casts them to int32) or out of [0, E), K odd or not a multiple
 // of group_size, an operand spanning fewer elements than the dense read takes.
+#include <algorithm>
+
 #include "fallback_common.h"
 
 namespace shimkit {
@@ -105,21 +107,38 @@ Status gather_qmv(AtenTensorHandle x_handle, AtenTensorHandle w_handle, AtenTens
   }
   Result output;
   SHIMKIT_RETURN_IF_ERROR(allocate(x, {pairs, n}, x.code, "output", &output));
+  // The pairs grouped by expert: each expert's weights are dequantized once, element by element as the kernel
+  // dequantizes them (scale * q + bias in float32), and its pairs' rows multiplied in one product.
+  std::vector<std::vector<int64_t>> pairs_of(static_cast<std::size_t>(experts));
+  for (int64_t i = 0; i < pairs; ++i) pairs_of[static_cast<std::size_t>(index_data[i])].push_back(i);
   const auto* packed = static_cast<const uint8_t*>(w.view.data);
-  for (int64_t i = 0; i < pairs; ++i) {
-    const int64_t e = index_data[i];
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t row = e * n + j;
-      float acc = 0.0f;
-      for (int64_t p = 0; p < k; ++p) {
-        const uint8_t byte = packed[row * (k / 2) + p / 2];
-        const float q = static_cast<float>((p % 2 == 0) ? (byte & 0x0F) : (byte >> 4));
-        const int64_t g = row * groups + p / group_size;
-        acc += (scales.load(g) * q + biases.load(g)) * x.load(i * k + p);
+  std::vector<float> weights(static_cast<std::size_t>(n * k)), y(static_cast<std::size_t>(pairs * n));
+  for (int64_t e = 0; e < experts; ++e) {
+    const std::vector<int64_t>& chosen = pairs_of[static_cast<std::size_t>(e)];
+    if (chosen.empty()) continue;
+    parallel_for(n, 2.0 * static_cast<double>(k), [&](int64_t first_row, int64_t last_row) {
+      for (int64_t j = first_row; j < last_row; ++j) {
+        const int64_t row = e * n + j;
+        for (int64_t p = 0; p < k; ++p) {
+          const uint8_t byte = packed[row * (k / 2) + p / 2];
+          const float q = static_cast<float>((p % 2 == 0) ? (byte & 0x0F) : (byte >> 4));
+          const int64_t g = row * groups + p / group_size;
+          weights[static_cast<std::size_t>(j * k + p)] = scales.load(g) * q + biases.load(g);
+        }
       }
-      output.arg.store(i * n + j, acc);
+    });
+    const int64_t rows = static_cast<int64_t>(chosen.size());
+    std::vector<float> gathered(static_cast<std::size_t>(rows * k)), products(static_cast<std::size_t>(rows * n));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t p = 0; p < k; ++p) gathered[static_cast<std::size_t>(r * k + p)] = x.load(chosen[r] * k + p);
+    }
+    matrix_product(1, rows, k, n, MatrixOperand{gathered.data(), DType::kFloat32, 0, k, 1},
+                   MatrixOperand{weights.data(), DType::kFloat32, 0, 1, k}, products.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy(products.begin() + r * n, products.begin() + (r + 1) * n, y.begin() + chosen[r] * n);
     }
   }
+  store_dense(output.arg, y);
   return hand_over(&output, ret);
 }
 

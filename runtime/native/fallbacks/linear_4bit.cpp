@@ -3,10 +3,11 @@
 // W[n, k] = S[n, k / group_size] * q[n, k] + Z[n, k / group_size] (torchao's "zeros" are added after
 // scaling: quant_api stores them as -zero_point * scale), q[n, k] the unsigned nibble k of row n of B
 // [N, K/2] (low nibble first, as the Metal kernels unpack it). Returns a new contiguous [M, N] tensor of A's dtype,
-// accumulated in float32 and rounded once, as op_linear_4bit.mm (pytorch/executorch cff6f4d) computes it: M == 1 runs
-// qmv, whose dot products are float32 throughout (:560-599); M > 1 runs affine_qmm_t, which dequantizes each weight
-// into a threadgroup tile of A's dtype first (:995-1003, :1542-1543): for bfloat16 it rounds S * q and then the sum
-// with Z to bfloat16 before the float32 product, two roundings ATen's dequantized reference never makes.
+// accumulated in float32 (matrix_product.h: k in order, a fused multiply-add per term) and rounded once, as
+// op_linear_4bit.mm (pytorch/executorch cff6f4d) computes it: M == 1 runs qmv, whose dot products are float32
+// throughout (:560-599); M > 1 runs affine_qmm_t, which dequantizes each weight into a threadgroup tile of A's dtype
+// first (:995-1003, :1542-1543): for bfloat16 it rounds S * q and then the sum with Z to bfloat16 before the float32
+// product, two roundings ATen's dequantized reference never makes.
 //
 // Refused as upstream refuses, in its order and with its messages (:1612-1730): group_size other than 32, 64, 128,
 // 256; A not a 2-D float32 or bfloat16 tensor; B not 2-D uint8 of K/2 columns; K not a multiple of 8; N not a
@@ -87,26 +88,23 @@ Status linear_4bit(AtenTensorHandle a_handle, AtenTensorHandle b_handle, int64_t
   SHIMKIT_RETURN_IF_ERROR(allocate(a, {m, n}, a.code, "output", &output));
   const bool tiled = m > 1;  // affine_qmm_t's tiles hold the weights in A's dtype
   const auto* packed = static_cast<const uint8_t*>(b.view.data);
-  std::vector<float> w(static_cast<std::size_t>(n * k));
-  for (int64_t row = 0; row < n; ++row) {
-    for (int64_t col = 0; col < k; ++col) {
-      const uint8_t byte = packed[row * (k / 2) + col / 2];
-      const float q = static_cast<float>((col % 2 == 0) ? (byte & 0x0F) : (byte >> 4));
-      const int64_t g = row * groups + col / group_size;
-      const float scaled = s.load(g) * q;
-      w[static_cast<std::size_t>(row * k + col)] =
-          tiled ? rounded(a, rounded(a, scaled) + z.load(g)) : scaled + z.load(g);
+  std::vector<float> w(static_cast<std::size_t>(n * k));  // W [N, K], as the kernel upstream dequantizes it
+  parallel_for(n, 2.0 * static_cast<double>(k), [&](int64_t first_row, int64_t last_row) {
+    for (int64_t row = first_row; row < last_row; ++row) {
+      for (int64_t col = 0; col < k; ++col) {
+        const uint8_t byte = packed[row * (k / 2) + col / 2];
+        const float q = static_cast<float>((col % 2 == 0) ? (byte & 0x0F) : (byte >> 4));
+        const int64_t g = row * groups + col / group_size;
+        const float scaled = s.load(g) * q;
+        w[static_cast<std::size_t>(row * k + col)] =
+            tiled ? rounded(a, rounded(a, scaled) + z.load(g)) : scaled + z.load(g);
+      }
     }
-  }
-  const std::vector<float> x = load_dense(a);
+  });
+  const MatrixOperand x{a.view.data, a.view.dtype, 0, k, 1};
+  const MatrixOperand transposed_w{w.data(), DType::kFloat32, 0, 1, k};  // W^T [K, N], read from W's memory
   std::vector<float> y(static_cast<std::size_t>(m * n));
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      float acc = 0.0f;
-      for (int64_t p = 0; p < k; ++p) acc += x[static_cast<std::size_t>(i * k + p)] * w[static_cast<std::size_t>(j * k + p)];
-      y[static_cast<std::size_t>(i * n + j)] = acc;
-    }
-  }
+  matrix_product(1, m, k, n, x, transposed_w, y.data());
   store_dense(output.arg, y);
   return hand_over(&output, ret);
 }

@@ -1,6 +1,7 @@
 // Stands in for the Metal runtime's op_mm.mm and op_bmm.mm (pytorch/executorch cff6f4d): aoti_torch_mps_mm_out and
 // aoti_torch_mps_bmm_out write out = self @ mat2 (batched for bmm), accumulated in float32 (assumed of MPSGraph's
-// matrix multiplication, as for addmm) and rounded once to the operands' dtype.
+// matrix multiplication, as for addmm; matrix_product.h: k in order, a fused multiply-add per term) and rounded once to
+// the operands' dtype.
 //
 // What upstream's mm computes, where it is not what ATen computes (line numbers: op_mm.mm at cff6f4d; each noted as
 // a divergence, so the verdict says so):
@@ -49,9 +50,7 @@ Status mm_out(AtenTensorHandle out_handle, AtenTensorHandle self_handle, AtenTen
   SHIMKIT_RETURN_IF_ERROR(read_mat2_as_upstream(kMmSymbol, kMmFile, mat2, k, n, &dense_mat2));
   Arg written;
   SHIMKIT_RETURN_IF_ERROR(write_out_as_upstream(kMmSymbol, kMmFile, out, m, n, &written));
-  std::vector<float> result;
-  batched_product(load_dense(dense_self), load_dense(dense_mat2), 1, m, k, n, &result);
-  store_dense(written, result);
+  store_dense(written, product(1, m, k, n, dense_self, dense_mat2));
   return Status::ok();
 }
 
@@ -118,9 +117,7 @@ Status bmm_out(AtenTensorHandle out_handle, AtenTensorHandle self_handle, AtenTe
     return invalid("Unsupported data type: " + std::to_string(self.code) + ". Supported types: FLOAT32 (" +
                    std::to_string(float32_code()) + "), BFLOAT16 (" + std::to_string(bfloat16_code()) + ")");
   }
-  std::vector<float> result;
-  batched_product(load_dense(self), load_dense(mat2), batch, m, k, n, &result);
-  store_dense(out, result);
+  store_dense(out, product(batch, m, k, n, self, mat2));
   return Status::ok();
 }
 
