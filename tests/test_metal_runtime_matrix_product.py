@@ -13,8 +13,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fallback_helpers import FEW_EXAMPLES, METAL_DTYPES, SEEDS, call, last_error, library, random, strided
+from fallback_helpers import FEW_EXAMPLES, METAL_DTYPES, SEEDS, call, last_error, library, random, steal, strided
 from shimkit.testing.kernels import AOTI_TORCH_SUCCESS, tensor_handles
+from test_metal_runtime_fallbacks_conv_sdpa import conv_call
 
 ISAS = ("", "avx2", "portable")  # "" is the widest the CPU runs; the others fall back where a CPU lacks them
 
@@ -97,3 +98,26 @@ def test_threads_and_blocks_never_change_a_bit(monkeypatch):
         out = torch.empty((200, 2100))
         mm(out, a, b)
         assert torch.equal(out, expected), f"{threads} threads"
+
+
+@FEW_EXAMPLES
+@given(channels_in=st.integers(1, 5), channels_out=st.integers(2, 5), height=st.integers(2, 6),
+       width=st.integers(3, 40), kernel=st.integers(1, 4), stride=st.integers(1, 3), padding=st.integers(0, 2),
+       non_finite_weight=st.booleans(), dtype=st.sampled_from(METAL_DTYPES), seed=SEEDS)
+def test_convolution_is_the_sequential_fused_sum_of_its_taps(channels_in, channels_out, height, width, kernel, stride,
+                                                              padding, non_finite_weight, dtype, seed):
+    """Lowered to matrix products (finite weights) or summed directly (a non-finite weight anywhere), every output
+    is its taps' fused sum in order (input channel, then kernel rows and columns), padded taps adding nothing: the
+    reference unfolds the input with zeros there, which only a non-finite weight would tell from skipping them."""
+    x = random((1, channels_in, height, width), dtype, seed)
+    weight = random((channels_out, channels_in, 2, kernel), dtype, seed + 1)
+    if non_finite_weight:
+        weight[0, 0, 0, 0] = float("inf")  # channel 0 is then left out of the comparison
+    unfolded = torch.nn.functional.unfold(x.float(), (2, kernel), padding=(1, padding), stride=(1, stride))[0]
+    out_height, out_width = height + 1, (width + 2 * padding - kernel) // stride + 1
+    expected = sequential_fma_product(weight.float().reshape(channels_out, -1), unfolded).to(dtype)
+    status, result = conv_call(x, weight, None, [1, stride], [1, padding], [1, 1], 1)
+    assert status == AOTI_TORCH_SUCCESS, last_error()
+    got = steal(result).reshape(channels_out, out_height * out_width)
+    first = 1 if non_finite_weight else 0
+    assert torch.equal(got[first:], expected[first:]), (got[first:].double() - expected[first:].double()).abs().max()

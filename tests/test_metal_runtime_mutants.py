@@ -209,8 +209,8 @@ FALLBACK_ROWS = {
     "convolution adds the bias along the last dimension": (
         Mutant("fallbacks/convolution.cpp", (
             ("if (has_bias && out_channels != 1) {", "if (false) {"),
-            ("acc = rounded(input, rounded(input, acc) + b[static_cast<std::size_t>(out_channels == 1 ? 0 : ow)]);",
-             "acc += b[static_cast<std::size_t>(co)];"))),
+            ("y[e] = rounded(input, rounded(input, y[e]) + b[static_cast<std::size_t>(out_channels == 1 ? 0 : ow)]);",
+             "y[e] += b[static_cast<std::size_t>(static_cast<int64_t>(e) / geometry.out_plane() % out_channels)];"))),
         conv_sdpa_tests.test_convolution_adds_the_bias_along_the_last_dimension_as_op_convolution_mm),
     "SDPA skips keys masked at <= -1e9": (
         Mutant("fallbacks/sdpa.cpp", (("bool valid = !has_mask || mask_value > -1e9f;", "bool valid = true;"),)),

@@ -1,7 +1,8 @@
 // Stands in for the Metal runtime's op_convolution.mm (pytorch/executorch cff6f4d, unchanged since 29625e8e and
 // the same in v1.4.1): aoti_torch_mps_convolution, a cross-correlation with stride, zero padding, dilation and
 // groups, plus an optional bias, for 1-D and 2-D inputs, batched or not, returned as a new contiguous tensor.
-// Accumulates in float32 (assumed of MPSGraph's convolution, whose accumulator Apple does not document) and rounds
+// Accumulates in float32 (assumed of MPSGraph's convolution, whose accumulator Apple does not document: its taps in
+// order, one fused multiply-add each, as matrix_product.h sums) and rounds
 // the convolution to the dtype; a bias is a second graph operation (additionWithPrimaryTensor, :335-348) that
 // rounds again, as the addmm stand-in assumes of each MPSGraph operation.
 //
@@ -19,6 +20,9 @@
 // MPSGraph's forward convolution on it (:152-158, :298-324), so no transposed convolution comes out right there.
 // Refused like ATen: mismatched channels or groups, parameters of the wrong length or sign, a kernel larger than the
 // padded input, empty non-batch dimensions. An input without channels gives a result without channels, as ATen's.
+#include <algorithm>
+#include <cmath>
+
 #include "fallback_common.h"
 
 namespace shimkit {
@@ -54,6 +58,102 @@ Status read_list(const int64_t* values, int64_t length, const char* name, int64_
     into[3 - spatial + d] = value;
   }
   return Status::ok();
+}
+
+// The shape of one convolution, spatial dims padded to three (the leading ones of size 1).
+struct Geometry {
+  const Params& p;
+  int64_t in_channels, group_in, group_out, groups;
+  const int64_t* in_size;
+  const int64_t* kernel;
+  const int64_t* out_size;
+
+  int64_t in_plane() const { return in_size[0] * in_size[1] * in_size[2]; }
+  int64_t kernel_plane() const { return kernel[0] * kernel[1] * kernel[2]; }
+  int64_t out_plane() const { return out_size[0] * out_size[1] * out_size[2]; }
+  int64_t taps() const { return group_in * kernel_plane(); }  // the sum's length: channels, then kD, kH, kW
+  // The input position `tap` of `kernel` reaches from output position `at` along spatial dim `d`: -1 in padding.
+  int64_t reach(int64_t d, int64_t at, int64_t tap) const {
+    const int64_t position = at * p.stride[d] - p.padding[d] + tap * p.dilation[d];
+    return position < 0 || position >= in_size[d] ? -1 : position;
+  }
+};
+
+// y[n, co] for the output channels co of group g: each element the sum over its taps in order (input channel, then
+// kD, kH, kW), one fused multiply-add per tap inside the input (padded taps are skipped), from 0.0f.
+void direct_group(const Geometry& geo, const float* x, const float* w, int64_t n, int64_t g, float* y) {
+  const int64_t first_in = g * geo.group_in;
+  for (int64_t co = g * geo.group_out; co < (g + 1) * geo.group_out; ++co) {
+    float* out = y + (n * geo.groups * geo.group_out + co) * geo.out_plane();
+    int64_t at = 0;
+    for (int64_t od = 0; od < geo.out_size[0]; ++od) {
+      for (int64_t oh = 0; oh < geo.out_size[1]; ++oh) {
+        for (int64_t ow = 0; ow < geo.out_size[2]; ++ow, ++at) {
+          float acc = 0.0f;
+          for (int64_t ci = 0; ci < geo.group_in; ++ci) {
+            const float* plane = x + (n * geo.in_channels + first_in + ci) * geo.in_plane();
+            const float* taps = w + (co * geo.group_in + ci) * geo.kernel_plane();
+            for (int64_t kd = 0; kd < geo.kernel[0]; ++kd) {
+              const int64_t id = geo.reach(0, od, kd);
+              if (id < 0) continue;
+              for (int64_t kh = 0; kh < geo.kernel[1]; ++kh) {
+                const int64_t ih = geo.reach(1, oh, kh);
+                if (ih < 0) continue;
+                for (int64_t kw = 0; kw < geo.kernel[2]; ++kw) {
+                  const int64_t iw = geo.reach(2, ow, kw);
+                  if (iw < 0) continue;
+                  acc = std::fma(plane[(id * geo.in_size[1] + ih) * geo.in_size[2] + iw],
+                                 taps[(kd * geo.kernel[1] + kh) * geo.kernel[2] + kw], acc);
+                }
+              }
+            }
+          }
+          out[at] = acc;
+        }
+      }
+    }
+  }
+}
+
+// direct_group's sums as matrix products (matrix_product.h: the same order, the same fused terms): the group's
+// weights [group_out, taps] times the input unfolded into [taps, output positions] (zero at padded taps), a few
+// output lines (one (od, oh) each) at a time so that the unfolded block stays within kUnfoldedFloats.
+void lowered_group(const Geometry& geo, const float* x, const float* w, int64_t n, int64_t g, float* y) {
+  constexpr int64_t kUnfoldedFloats = 1 << 22;
+  const int64_t taps = geo.taps(), width = geo.out_size[2], lines = geo.out_size[0] * geo.out_size[1];
+  const int64_t lines_per_block = std::max<int64_t>(1, kUnfoldedFloats / std::max<int64_t>(1, taps * width));
+  const int64_t first_in = g * geo.group_in;
+  const MatrixOperand weights{w + g * geo.group_out * taps, DType::kFloat32, 0, taps, 1};
+  float* out = y + (n * geo.groups + g) * geo.group_out * geo.out_plane();
+  std::vector<float> unfolded, products;
+  for (int64_t line0 = 0; line0 < lines; line0 += lines_per_block) {
+    const int64_t block_lines = std::min(lines_per_block, lines - line0), columns = block_lines * width;
+    unfolded.assign(static_cast<std::size_t>(taps * columns), 0.0f);
+    for (int64_t tap = 0; tap < taps; ++tap) {
+      const int64_t ci = tap / geo.kernel_plane(), within = tap % geo.kernel_plane();
+      const int64_t kd = within / (geo.kernel[1] * geo.kernel[2]), kh = within / geo.kernel[2] % geo.kernel[1];
+      const int64_t kw = within % geo.kernel[2];
+      const float* plane = x + (n * geo.in_channels + first_in + ci) * geo.in_plane();
+      float* row = unfolded.data() + tap * columns;
+      for (int64_t line = 0; line < block_lines; ++line) {
+        const int64_t od = (line0 + line) / geo.out_size[1], oh = (line0 + line) % geo.out_size[1];
+        const int64_t id = geo.reach(0, od, kd), ih = geo.reach(1, oh, kh);
+        if (id < 0 || ih < 0) continue;
+        const float* source = plane + (id * geo.in_size[1] + ih) * geo.in_size[2];
+        for (int64_t ow = 0; ow < width; ++ow) {
+          const int64_t iw = geo.reach(2, ow, kw);
+          if (iw >= 0) row[line * width + ow] = source[iw];
+        }
+      }
+    }
+    products.resize(static_cast<std::size_t>(geo.group_out * columns));
+    matrix_product(1, geo.group_out, taps, columns, weights,
+                   MatrixOperand{unfolded.data(), DType::kFloat32, 0, columns, 1}, products.data());
+    for (int64_t co = 0; co < geo.group_out; ++co) {
+      std::copy(products.begin() + co * columns, products.begin() + (co + 1) * columns,
+                out + co * geo.out_plane() + line0 * width);
+    }
+  }
 }
 
 Status convolution(AtenTensorHandle input_handle, AtenTensorHandle weight_handle, AtenTensorHandle* bias_handle,
@@ -166,44 +266,23 @@ Status convolution(AtenTensorHandle input_handle, AtenTensorHandle weight_handle
   const std::vector<float> x = load_dense(input);
   const std::vector<float> w = load_dense(weight);
   const std::vector<float> b = has_bias ? load_dense(bias) : std::vector<float>();
-  const int64_t in_plane = in_size[0] * in_size[1] * in_size[2];
-  const int64_t kernel_plane = kernel[0] * kernel[1] * kernel[2];
-  const int64_t out_plane = out_size[0] * out_size[1] * out_size[2];
-  const int64_t group_out = out_channels / groups;
-  std::vector<float> y(static_cast<std::size_t>(batch * out_channels * out_plane));
-  for (int64_t n = 0; n < (in_channels == 0 ? 0 : batch); ++n) {
-    for (int64_t co = 0; co < out_channels; ++co) {
-      const int64_t first_in = (co / group_out) * group_in;
-      for (int64_t od = 0; od < out_size[0]; ++od) {
-        for (int64_t oh = 0; oh < out_size[1]; ++oh) {
-          for (int64_t ow = 0; ow < out_size[2]; ++ow) {
-            float acc = 0.0f;
-            for (int64_t ci = 0; ci < group_in; ++ci) {
-              const float* plane = x.data() + (n * in_channels + first_in + ci) * in_plane;
-              const float* taps = w.data() + (co * group_in + ci) * kernel_plane;
-              for (int64_t kd = 0; kd < kernel[0]; ++kd) {
-                const int64_t id = od * p.stride[0] - p.padding[0] + kd * p.dilation[0];
-                if (id < 0 || id >= in_size[0]) continue;
-                for (int64_t kh = 0; kh < kernel[1]; ++kh) {
-                  const int64_t ih = oh * p.stride[1] - p.padding[1] + kh * p.dilation[1];
-                  if (ih < 0 || ih >= in_size[1]) continue;
-                  for (int64_t kw = 0; kw < kernel[2]; ++kw) {
-                    const int64_t iw = ow * p.stride[2] - p.padding[2] + kw * p.dilation[2];
-                    if (iw < 0 || iw >= in_size[2]) continue;
-                    acc += plane[(id * in_size[1] + ih) * in_size[2] + iw] *
-                           taps[(kd * kernel[1] + kh) * kernel[2] + kw];
-                  }
-                }
-              }
-            }
-            if (has_bias) {  // its own graph operation: the convolution rounds first
-              acc = rounded(input, rounded(input, acc) + b[static_cast<std::size_t>(out_channels == 1 ? 0 : ow)]);
-            }
-            y[static_cast<std::size_t>(((n * out_channels + co) * out_size[0] + od) * out_size[1] * out_size[2] +
-                                       oh * out_size[2] + ow)] = acc;
-          }
-        }
+  const Geometry geometry{p, in_channels, group_in, out_channels / groups, groups, in_size, kernel, out_size};
+  std::vector<float> y(static_cast<std::size_t>(batch * out_channels * geometry.out_plane()));
+  if (in_channels > 0) {
+    // Lowered to matrix products where it computes the same sums: a padded tap there adds 0 * w, which only a
+    // non-finite weight would make other than zero.
+    const bool finite = std::all_of(w.begin(), w.end(), [](float value) { return std::isfinite(value); });
+    for (int64_t n = 0; n < batch; ++n) {
+      for (int64_t g = 0; g < groups; ++g) {
+        finite ? lowered_group(geometry, x.data(), w.data(), n, g, y.data())
+               : direct_group(geometry, x.data(), w.data(), n, g, y.data());
       }
+    }
+  }
+  if (has_bias) {  // its own graph operation: the convolution rounds first
+    for (std::size_t e = 0; e < y.size(); ++e) {
+      const int64_t ow = static_cast<int64_t>(e) % out_size[2];
+      y[e] = rounded(input, rounded(input, y[e]) + b[static_cast<std::size_t>(out_channels == 1 ? 0 : ow)]);
     }
   }
   store_dense(output.arg, y);

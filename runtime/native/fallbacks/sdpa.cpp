@@ -25,8 +25,11 @@
 // as query's element type there), shapes that do not broadcast. Rejected like ATen: a mask together with is_causal.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "fallback_common.h"
+
+#pragma GCC diagnostic ignored "-Wpsabi"  // the vector type never crosses a call compiled apart from its caller
 
 namespace shimkit {
 namespace metal_fallbacks {
@@ -152,12 +155,121 @@ Status check_mask_addressing(const char* symbol, const Arg& mask, const MaskAddr
   return Status::ok();
 }
 
-// One simdgroup's running state in the kernel: the max score, the sum of exponentials and the output row.
-struct Partial {
-  float max = -INFINITY;
-  float sum = 0.0f;
+// The kernel's 32 simdgroups: simdgroup g takes keys g, g + 32, g + 64 ... (:124-160).
+constexpr int64_t kSimdgroups = 32;
+
+// Eight floats, which GCC's vector extension lowers to one AVX register or two SSE ones; the products and sums
+// on them are those of the scalar code, lane by lane (neither instruction set fuses a multiply and an add).
+constexpr int64_t kLanes = 8;
+typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
+typedef int32_t Mask __attribute__((vector_size(kLanes * sizeof(int32_t))));
+inline Lanes load(const float* from) {
+  Lanes lanes;
+  std::memcpy(&lanes, from, sizeof(lanes));
+  return lanes;
+}
+inline void store(float* to, const Lanes& lanes) { std::memcpy(to, &lanes, sizeof(lanes)); }
+
+// One key head of one batch: its keys and values as float32, transposed to [head_dim, keys] (keys padded to a
+// multiple of kSimdgroups with zeros, never used), so that one step of a sum runs across keys and simdgroups.
+struct KeyHead {
+  int64_t keys = 0, padded = 0;
+  std::vector<float> key_t, value_t;
+};
+
+// The state of the kernel's simdgroups for one query, simdgroup g in lane g: the running max score, the sum of
+// exponentials and the output row ([head_dim, 32]).
+struct Simdgroups {
+  float max[kSimdgroups], sum[kSimdgroups];
   std::vector<float> out;
 };
+
+// What one query of one head computes: `q` is the query already times the scale; `usable[j]` whether key j is used
+// (its mask > -1e9 and, with is_causal, inside the causal bound) and `added[j]` what is added to its score (the mask
+// value, 0 without one). Each step is the one the kernel makes (and the stand-in made before it ran across keys):
+// a score is the float32 sum over head_dim in order; a simdgroup's state advances key by key, in order, from
+// exponentials of differences to its running max; the 32 states are combined in simdgroup order. Returns whether
+// any key was used. __attribute__((target_clones)) compiles it for AVX2 too (which fuses nothing: no FMA).
+__attribute__((target_clones("avx2", "default"))) bool attend(const KeyHead& head, int64_t head_dim, const float* q,
+                                                              const unsigned char* usable, const float* added,
+                                                              float* scores, Simdgroups* state, float* row) {
+  const int64_t keys = head.keys, padded = head.padded;
+  for (int64_t j = 0; j < padded; ++j) scores[j] = 0.0f;
+  for (int64_t d = 0; d < head_dim; ++d) {
+    const float qd = q[d];
+    const float* k = head.key_t.data() + d * padded;
+    for (int64_t j = 0; j < padded; j += kLanes) {
+      const Lanes term = qd * load(k + j);
+      store(scores + j, load(scores + j) + term);
+    }
+  }
+  for (int64_t j = 0; j < keys; ++j) scores[j] += added[j];
+
+  float* const max = state->max;
+  float* const sum = state->sum;
+  float* const out = state->out.data();
+  for (int64_t g = 0; g < kSimdgroups; ++g) max[g] = -INFINITY, sum[g] = 0.0f;
+  std::fill(out, out + head_dim * kSimdgroups, 0.0f);
+  bool any = false;
+  float rescale[kSimdgroups], weight[kSimdgroups];
+  unsigned char take[kSimdgroups];
+  for (int64_t block = 0; block < keys; block += kSimdgroups) {
+    bool some = false;
+    for (int64_t g = 0; g < kSimdgroups; ++g) {
+      const int64_t j = block + g;
+      take[g] = j < keys && usable[j];
+      rescale[g] = 1.0f, weight[g] = 0.0f;
+      if (!take[g]) continue;
+      some = true;
+      const float score = scores[j];
+      const float new_max = std::fmax(max[g], score);  // Metal's max returns the other of a NaN
+      rescale[g] = std::exp(max[g] - new_max);
+      weight[g] = std::exp(score - new_max);
+      max[g] = new_max;
+      const float kept = sum[g] * rescale[g];
+      sum[g] = kept + weight[g];
+    }
+    if (!some) continue;
+    any = true;
+    Lanes scale_by[kSimdgroups / kLanes], weight_of[kSimdgroups / kLanes];
+    Mask taken[kSimdgroups / kLanes];
+    for (int64_t part = 0; part < kSimdgroups / kLanes; ++part) {
+      scale_by[part] = load(rescale + part * kLanes);
+      weight_of[part] = load(weight + part * kLanes);
+      for (int64_t l = 0; l < kLanes; ++l) taken[part][l] = take[part * kLanes + l] ? -1 : 0;
+    }
+    for (int64_t d = 0; d < head_dim; ++d) {
+      float* o = out + d * kSimdgroups;
+      const float* v = head.value_t.data() + d * padded + block;
+      for (int64_t part = 0; part < kSimdgroups / kLanes; ++part) {
+        const Lanes before = load(o + part * kLanes);
+        const Lanes kept = before * scale_by[part];
+        const Lanes gained = weight_of[part] * load(v + part * kLanes);
+        store(o + part * kLanes, taken[part] ? kept + gained : before);
+      }
+    }
+  }
+
+  float top = -INFINITY;
+  for (int64_t g = 0; g < kSimdgroups; ++g) top = std::fmax(top, max[g]);
+  float factor[kSimdgroups];
+  float total = 0.0f;
+  for (int64_t g = 0; g < kSimdgroups; ++g) {
+    factor[g] = std::exp(max[g] - top);
+    const float share = sum[g] * factor[g];
+    total += share;
+  }
+  const float safe_total = total == 0.0f ? 1e-6f : total;
+  for (int64_t d = 0; d < head_dim; ++d) {
+    float value = 0.0f;
+    for (int64_t g = 0; g < kSimdgroups; ++g) {
+      const float share = out[d * kSimdgroups + g] * factor[g];
+      value += share;
+    }
+    row[d] = value / safe_total;
+  }
+  return any;
+}
 
 Status sdpa(const char* symbol, AtenTensorHandle query_handle, AtenTensorHandle key_handle,
             AtenTensorHandle value_handle, AtenTensorHandle* attn_mask, double dropout_p, int32_t is_causal,
@@ -197,71 +309,65 @@ Status sdpa(const char* symbol, AtenTensorHandle query_handle, AtenTensorHandle 
   Result output, weights;
   SHIMKIT_RETURN_IF_ERROR(allocate(query, {batch, heads, q_length, head_dim}, query.code, "output", &output));
   SHIMKIT_RETURN_IF_ERROR(allocate(query, {batch, heads, q_length, kv_length}, query.code, "attn_weight", &weights));
-  for (int64_t e = 0; e < weights.arg.numel(); ++e) weights.arg.store(e, NAN);  // never written upstream
+  for (int64_t e = 0, count = weights.arg.numel(); e < count; ++e) weights.arg.store(e, NAN);  // never written upstream
 
-  constexpr int64_t kSimdgroups = 32;
   const uint32_t causal_end = static_cast<uint32_t>(kv_length) - static_cast<uint32_t>(q_length);  // wraps as uint
-  std::vector<float> q(static_cast<std::size_t>(head_dim));
-  std::vector<Partial> partials(kSimdgroups);
-  bool noted_empty_row = false;
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t kv_head = h / group;
+  const int64_t kv_heads = key.size(1);
+  std::vector<int64_t> first_empty_row(static_cast<std::size_t>(batch * heads), -1);
+  const double work = static_cast<double>(group * q_length) * static_cast<double>(kv_length * head_dim) * 2.0;
+  // One item per key head of each batch: the query heads that share it read its keys and values once.
+  parallel_for(batch * kv_heads, work, [&](int64_t first_item, int64_t last_item) {
+    KeyHead head;
+    head.keys = kv_length;
+    head.padded = (kv_length + kSimdgroups - 1) / kSimdgroups * kSimdgroups;
+    head.key_t.assign(static_cast<std::size_t>(head_dim * head.padded), 0.0f);
+    head.value_t.assign(static_cast<std::size_t>(head_dim * head.padded), 0.0f);
+    std::vector<float> q(static_cast<std::size_t>(head_dim)), row(static_cast<std::size_t>(head_dim));
+    std::vector<float> scores(static_cast<std::size_t>(head.padded)), added(static_cast<std::size_t>(kv_length));
+    std::vector<unsigned char> usable(static_cast<std::size_t>(kv_length));
+    Simdgroups state;
+    state.out.resize(static_cast<std::size_t>(head_dim * kSimdgroups));
+    for (int64_t item = first_item; item < last_item; ++item) {
+      const int64_t b = item / kv_heads, kv_head = item % kv_heads;
       const int64_t k_base = b * key.stride(0) + kv_head * key.stride(1);
       const int64_t v_base = b * value.stride(0) + kv_head * value.stride(1);
-      for (int64_t i = 0; i < q_length; ++i) {
-        const int64_t q_base = b * query.stride(0) + h * query.stride(1) + i * query.stride(2);
-        for (int64_t d = 0; d < head_dim; ++d) q[static_cast<std::size_t>(d)] = factor * query.load(q_base + d);
-        const int64_t mask_base = addressing.base(b * heads + h, i);
-        bool any_valid = false;
-        for (int64_t g = 0; g < kSimdgroups; ++g) {
-          Partial& partial = partials[static_cast<std::size_t>(g)];
-          partial.max = -INFINITY;
-          partial.sum = 0.0f;
-          partial.out.assign(static_cast<std::size_t>(head_dim), 0.0f);
-          for (int64_t j = g; j < kv_length; j += kSimdgroups) {
+      for (int64_t j = 0; j < kv_length; ++j) {
+        for (int64_t d = 0; d < head_dim; ++d) {
+          head.key_t[static_cast<std::size_t>(d * head.padded + j)] = key.load(k_base + j * key.stride(2) + d);
+          head.value_t[static_cast<std::size_t>(d * head.padded + j)] = value.load(v_base + j * value.stride(2) + d);
+        }
+      }
+      for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
+        for (int64_t i = 0; i < q_length; ++i) {
+          const int64_t q_base = b * query.stride(0) + h * query.stride(1) + i * query.stride(2);
+          for (int64_t d = 0; d < head_dim; ++d) q[static_cast<std::size_t>(d)] = factor * query.load(q_base + d);
+          const int64_t mask_base = addressing.base(b * heads + h, i);
+          for (int64_t j = 0; j < kv_length; ++j) {
             const float mask_value = has_mask ? mask.load(mask_base + j * addressing.kv_seq) : 0.0f;
             bool valid = !has_mask || mask_value > -1e9f;
             if (is_causal) valid = valid && static_cast<uint32_t>(j) <= causal_end + static_cast<uint32_t>(i);
-            if (!valid) continue;
-            any_valid = true;
-            const int64_t k_row = k_base + j * key.stride(2), v_row = v_base + j * value.stride(2);
-            float score = 0.0f;
-            for (int64_t d = 0; d < head_dim; ++d) score += q[static_cast<std::size_t>(d)] * key.load(k_row + d);
-            score += mask_value;
-            const float new_max = std::fmax(partial.max, score);  // Metal's max returns the other of a NaN
-            const float rescale = std::exp(partial.max - new_max), weight = std::exp(score - new_max);
-            partial.max = new_max;
-            partial.sum = partial.sum * rescale + weight;
-            for (int64_t d = 0; d < head_dim; ++d) {
-              float& o = partial.out[static_cast<std::size_t>(d)];
-              o = o * rescale + weight * value.load(v_row + d);
-            }
+            usable[static_cast<std::size_t>(j)] = valid;
+            added[static_cast<std::size_t>(j)] = mask_value;
           }
-        }
-        if (!any_valid && !noted_empty_row) {
-          note_divergence(symbol, "gives NaN for a query none of whose keys it uses (masked at <= -1e9, or causally; "
-                                  "op_sdpa.mm:124-130, :180-191), where ATen gives zeros or a softmax over the "
-                                  "finite masked scores",
-                          "query " + std::to_string(i) + " of batch " + std::to_string(b) + ", head " +
-                              std::to_string(h));
-          noted_empty_row = true;
-        }
-        float top = -INFINITY;
-        for (const Partial& partial : partials) top = std::fmax(top, partial.max);
-        float total = 0.0f;
-        for (const Partial& partial : partials) total += partial.sum * std::exp(partial.max - top);
-        const float safe_total = total == 0.0f ? 1e-6f : total;
-        const int64_t o_base = ((b * heads + h) * q_length + i) * head_dim;
-        for (int64_t d = 0; d < head_dim; ++d) {
-          float sum = 0.0f;
-          for (const Partial& partial : partials) {
-            sum += partial.out[static_cast<std::size_t>(d)] * std::exp(partial.max - top);
-          }
-          output.arg.store(o_base + d, sum / safe_total);
+          const bool any = attend(head, head_dim, q.data(), usable.data(), added.data(), scores.data(), &state,
+                                  row.data());
+          int64_t& empty = first_empty_row[static_cast<std::size_t>(b * heads + h)];
+          if (!any && empty < 0) empty = i;
+          const int64_t o_base = ((b * heads + h) * q_length + i) * head_dim;
+          for (int64_t d = 0; d < head_dim; ++d) output.arg.store(o_base + d, row[static_cast<std::size_t>(d)]);
         }
       }
     }
+  });
+  for (int64_t flat = 0; flat < batch * heads; ++flat) {
+    const int64_t i = first_empty_row[static_cast<std::size_t>(flat)];
+    if (i < 0) continue;
+    note_divergence(symbol, "gives NaN for a query none of whose keys it uses (masked at <= -1e9, or causally; "
+                            "op_sdpa.mm:124-130, :180-191), where ATen gives zeros or a softmax over the "
+                            "finite masked scores",
+                    "query " + std::to_string(i) + " of batch " + std::to_string(flat / heads) + ", head " +
+                        std::to_string(flat % heads));
+    break;
   }
   return hand_over(&output, ret0, &weights, ret1);
 }
