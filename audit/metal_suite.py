@@ -96,8 +96,9 @@ def _quantize_fpa4w(model: Any) -> None:
     quantize_(model, UIntxWeightOnlyConfig(group_size=INT4_GROUP_SIZE, bitwidth=4))
 
 
-def _decoder_step(model: Any) -> Any:
-    """``model`` wrapped as optimum-executorch exports it, called with positional tensors."""
+def _decoder_step(model: Any, cache_length: int = CACHE_LENGTH) -> Any:
+    """``model`` wrapped as optimum-executorch exports it (a static cache of ``cache_length`` positions), called
+    with positional tensors."""
     import torch
     from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
@@ -107,7 +108,7 @@ def _decoder_step(model: Any) -> Any:
             # Built without autograd, as upstream's export scripts run: the cache is allocated here.
             with torch.no_grad():
                 self.exportable = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1,
-                                                                        max_cache_len=CACHE_LENGTH)
+                                                                        max_cache_len=cache_length)
 
         def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
             return self.exportable(input_ids=input_ids, cache_position=cache_position)
