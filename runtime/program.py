@@ -481,10 +481,10 @@ _loaded: dict[Path, ctypes.CDLL] = {}
 _load_lock = threading.Lock()
 
 
-def _storage_bytes(tensor: torch.Tensor) -> bytes:
-    """The bytes of ``tensor``'s whole storage, as Inductor writes a constant into the weights blob."""
-    storage = tensor.untyped_storage()
-    return bytes(ctypes.string_at(storage.data_ptr(), storage.nbytes())) if storage.nbytes() else b""
+def _storage_bytes(tensor: torch.Tensor) -> torch.Tensor:
+    """The bytes of ``tensor``'s whole storage (a uint8 view of it), as Inductor writes a constant into the weights
+    blob."""
+    return torch.empty(0, dtype=torch.uint8).set_(tensor.untyped_storage())
 
 
 def load_runtime(path: Path) -> ctypes.CDLL:
@@ -690,12 +690,13 @@ class MetalProgram:
             details = "; ".join(p for p in (wrapper, failure and f"runtime: {failure}") if p)
             raise ProgramError(f"{what} failed: {details or f'error code {code}'}")
 
-    def _weights_blob(self, constants: Mapping[str, torch.Tensor]) -> bytes:
+    def _weights_blob(self, constants: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The weights blob ExecuTorch's MetalBackend loads, made as Inductor serializes it (codecache.py's
-        binary_blob: each constant not folded, in the program's order, its whole storage's bytes padded to the size
-        the program reads, ``GetConstantDataSize``)."""
+        binary_blob: each constant not folded, in the program's order, its whole storage's bytes padded with zeros
+        to the size the program reads, ``GetConstantDataSize``), as one uint8 tensor: each storage is copied into
+        it once (a real model's weights are hundreds of megabytes)."""
         count = self._count("AOTInductorModelContainerGetNumConstants")
-        parts: list[bytes] = []
+        slots: list[tuple[torch.Tensor, int]] = []
         for index in range(count):
             folded, size = ctypes.c_bool(), ctypes.c_size_t()
             self._check(self.library.AOTInductorModelContainerGetConstantFromFolded(
@@ -713,19 +714,24 @@ class MetalProgram:
             key = next((k for k in reversed(names) if k in constants), None)
             if key is None:
                 raise ProgramError(f"no value for the program's constant {names[0]} ({names[1]})")
-            value = constants[key].detach()
-            data = _storage_bytes(value) if value.numel() else b""
-            if len(data) > size.value:
+            data = _storage_bytes(constants[key].detach())
+            if data.numel() > size.value:
                 raise ProgramError(f"the program's constant {names[0]} ({names[1]}) holds {size.value} bytes, its value "
-                                   f"{list(value.shape)} {value.dtype} {len(data)}: not the tensor it was compiled with")
-            parts.append(data + bytes(size.value - len(data)))
-        return b"".join(parts)
+                                   f"{list(constants[key].shape)} {constants[key].dtype} {data.numel()}: not the "
+                                   f"tensor it was compiled with")
+            slots.append((data, size.value))
+        blob = torch.empty(max(sum(size for _, size in slots), 1), dtype=torch.uint8)  # each byte written once
+        offset = 0
+        for data, size in slots:
+            blob[offset:offset + data.numel()].copy_(data)
+            blob[offset + data.numel():offset + size].zero_()
+            offset += size
+        return blob
 
-    def _update_constants(self, blob: bytes) -> None:
-        """The weights blob handed to the program, as MetalBackend::init does."""
-        buffer = ctypes.create_string_buffer(blob, max(len(blob), 1))  # the program copies it
-        self._check(self.library.AOTInductorModelUpdateConstantsFromBlob(self._container, buffer),
-                    "loading the constants")
+    def _update_constants(self, blob: torch.Tensor) -> None:
+        """The weights blob handed to the program, as MetalBackend::init does (the program copies it)."""
+        self._check(self.library.AOTInductorModelUpdateConstantsFromBlob(
+            self._container, ctypes.c_void_p(blob.data_ptr())), "loading the constants")
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         if len(inputs) != self.num_inputs or not all(isinstance(i, torch.Tensor) for i in inputs):

@@ -144,6 +144,13 @@ inline int64_t offset_of(const std::vector<int64_t>& index, const std::vector<in
 // (those an upstream op assumes, where read_as_upstream gave them). The result is a copy: an operand may alias
 // the tensor it is stored into.
 std::vector<float> product(int64_t batch, int64_t m, int64_t k, int64_t n, const Arg& lhs, const Arg& rhs);
+// Bytes of two 4-bit codes each, low nibble first (the Metal kernels' order), as `values[code]`: 2 * count floats.
+inline void unpack_nibbles(const uint8_t* bytes, int64_t count, const float values[16], float* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    out[2 * i] = values[bytes[i] & 0x0F];
+    out[2 * i + 1] = values[bytes[i] >> 4];
+  }
+}
 // The elements of a float tensor as float32, in row-major order of its index.
 std::vector<float> load_dense(const Arg& arg);
 // Writes row-major `values` into `arg` (any strides), rounding once to its dtype.

@@ -119,11 +119,12 @@ Status gather_qmv(AtenTensorHandle x_handle, AtenTensorHandle w_handle, AtenTens
     parallel_for(n, 2.0 * static_cast<double>(k), [&](int64_t first_row, int64_t last_row) {
       for (int64_t j = first_row; j < last_row; ++j) {
         const int64_t row = e * n + j;
-        for (int64_t p = 0; p < k; ++p) {
-          const uint8_t byte = packed[row * (k / 2) + p / 2];
-          const float q = static_cast<float>((p % 2 == 0) ? (byte & 0x0F) : (byte >> 4));
-          const int64_t g = row * groups + p / group_size;
-          weights[static_cast<std::size_t>(j * k + p)] = scales.load(g) * q + biases.load(g);
+        for (int64_t group = 0; group < groups; ++group) {
+          const int64_t g = row * groups + group;
+          float values[16];  // a group's 16 possible weights
+          for (int code = 0; code < 16; ++code) values[code] = scales.load(g) * static_cast<float>(code) + biases.load(g);
+          unpack_nibbles(packed + row * (k / 2) + group * (group_size / 2), group_size / 2, values,
+                         weights.data() + j * k + group * group_size);
         }
       }
     });

@@ -15,6 +15,8 @@
 // test upstream makes (stricter than ATen's contiguity for dims of size 1); M == 0, for which it has no kernel
 // (:1766-1790). Refused here where upstream's kernels would read past a buffer's end: K not a multiple of group_size,
 // S or Z without exactly K / group_size columns.
+#include <algorithm>
+
 #include "fallback_common.h"
 
 namespace shimkit {
@@ -88,23 +90,35 @@ Status linear_4bit(AtenTensorHandle a_handle, AtenTensorHandle b_handle, int64_t
   SHIMKIT_RETURN_IF_ERROR(allocate(a, {m, n}, a.code, "output", &output));
   const bool tiled = m > 1;  // affine_qmm_t's tiles hold the weights in A's dtype
   const auto* packed = static_cast<const uint8_t*>(b.view.data);
-  std::vector<float> w(static_cast<std::size_t>(n * k));  // W [N, K], as the kernel upstream dequantizes it
-  parallel_for(n, 2.0 * static_cast<double>(k), [&](int64_t first_row, int64_t last_row) {
-    for (int64_t row = first_row; row < last_row; ++row) {
-      for (int64_t col = 0; col < k; ++col) {
-        const uint8_t byte = packed[row * (k / 2) + col / 2];
-        const float q = static_cast<float>((col % 2 == 0) ? (byte & 0x0F) : (byte >> 4));
-        const int64_t g = row * groups + col / group_size;
-        const float scaled = s.load(g) * q;
-        w[static_cast<std::size_t>(row * k + col)] =
-            tiled ? rounded(a, rounded(a, scaled) + z.load(g)) : scaled + z.load(g);
-      }
-    }
-  });
-  const MatrixOperand x{a.view.data, a.view.dtype, 0, k, 1};
-  const MatrixOperand transposed_w{w.data(), DType::kFloat32, 0, 1, k};  // W^T [K, N], read from W's memory
+  // W [N, K] as the kernel upstream dequantizes it, a block of rows at a time (a reused buffer: a real layer's whole
+  // weight would be hundreds of megabytes of fresh pages per call), each block's product written into y's columns.
+  constexpr int64_t kRowsPerBlock = 256;
+  const int64_t block_rows = std::min(n, kRowsPerBlock);
+  std::vector<float> w(static_cast<std::size_t>(block_rows * k)), block(static_cast<std::size_t>(m * block_rows));
   std::vector<float> y(static_cast<std::size_t>(m * n));
-  matrix_product(1, m, k, n, x, transposed_w, y.data());
+  const MatrixOperand x{a.view.data, a.view.dtype, 0, k, 1};
+  for (int64_t first = 0; first < n; first += kRowsPerBlock) {
+    const int64_t rows = std::min(kRowsPerBlock, n - first);
+    parallel_for(rows, 2.0 * static_cast<double>(k), [&](int64_t first_row, int64_t last_row) {
+      for (int64_t row = first + first_row; row < first + last_row; ++row) {
+        for (int64_t group = 0; group < groups; ++group) {
+          const int64_t g = row * groups + group;
+          float values[16];  // a group's 16 possible weights
+          for (int code = 0; code < 16; ++code) {
+            const float q = static_cast<float>(code);
+            const float scaled = s.load(g) * q;
+            values[code] = tiled ? rounded(a, rounded(a, scaled) + z.load(g)) : scaled + z.load(g);
+          }
+          unpack_nibbles(packed + row * (k / 2) + group * (group_size / 2), group_size / 2, values,
+                         w.data() + (row - first) * k + group * group_size);
+        }
+      }
+    });
+    matrix_product(1, m, k, rows, x, MatrixOperand{w.data(), DType::kFloat32, 0, 1, k}, block.data());  // W^T
+    for (int64_t i = 0; i < m; ++i) {
+      std::copy(block.begin() + i * rows, block.begin() + (i + 1) * rows, y.begin() + i * n + first);
+    }
+  }
   store_dense(output.arg, y);
   return hand_over(&output, ret);
 }

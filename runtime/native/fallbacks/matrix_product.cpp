@@ -247,9 +247,61 @@ __attribute__((flatten)) void block_portable(int64_t kc, int64_t mc, int64_t nc,
   block<Portable, 4, 2>(kc, mc, nc, a, b, c, ldc, first);
 }
 
+// A few rows times a transposed right operand (a linear layer's [N, K] weight, read along k): packing it would cost
+// as much as the product. kChains result elements advance together, each a scalar chain of fused multiply-adds
+// over k in order reading its own column of the operand, so the sums are the tile's. Rows [0, m) of `lhs` (as
+// float in `row`), columns [j_first, j_last) of matrix `batch`.
+template <DType kType>
+inline void few_rows_block(int64_t m, int64_t k, int64_t n, const MatrixOperand& lhs, const MatrixOperand& rhs,
+                           int64_t batch, int64_t j_first, int64_t j_last, float* row, float* out) {
+  constexpr int64_t kChains = 8;
+  for (int64_t i = 0; i < m; ++i) {
+    pack<PackLeft>(lhs.dtype, lhs, batch, i, int64_t{1}, int64_t{0}, k, int64_t{1}, row);
+    for (int64_t j0 = j_first; j0 < j_last; j0 += kChains) {
+      const int64_t columns = std::min(kChains, j_last - j0);
+      int64_t first[kChains];
+      float acc[kChains] = {};
+      for (int64_t c = 0; c < kChains; ++c) {
+        first[c] = batch * rhs.batch_stride + (j0 + std::min(c, columns - 1)) * rhs.column_stride;
+      }
+      for (int64_t p = 0; p < k; ++p) {
+        const float x = row[p];
+#pragma GCC unroll 8
+        for (int64_t c = 0; c < kChains; ++c) acc[c] = std::fma(x, element<kType>(rhs.data, first[c] + p), acc[c]);
+      }
+      for (int64_t c = 0; c < columns; ++c) out[i * n + j0 + c] = acc[c];
+    }
+  }
+}
+
+template <DType kType>
+struct FewRows {
+  template <class... Args>
+  static void run(Args... args) { few_rows_block<kType>(args...); }
+};
+
+using FewRowsBlock = void (*)(int64_t, int64_t, int64_t, const MatrixOperand&, const MatrixOperand&, int64_t,
+                              int64_t, int64_t, float*, float*);
+
+#if defined(__x86_64__)
+// Compiled where std::fma is one instruction.
+__attribute__((target("avx2,fma"), flatten)) void few_rows_fma(int64_t m, int64_t k, int64_t n,
+                                                               const MatrixOperand& lhs, const MatrixOperand& rhs,
+                                                               int64_t batch, int64_t j_first, int64_t j_last,
+                                                               float* row, float* out) {
+  pack<FewRows>(rhs.dtype, m, k, n, lhs, rhs, batch, j_first, j_last, row, out);
+}
+#endif
+__attribute__((flatten)) void few_rows_portable(int64_t m, int64_t k, int64_t n, const MatrixOperand& lhs,
+                                                const MatrixOperand& rhs, int64_t batch, int64_t j_first,
+                                                int64_t j_last, float* row, float* out) {
+  pack<FewRows>(rhs.dtype, m, k, n, lhs, rhs, batch, j_first, j_last, row, out);
+}
+
 struct Kernel {
   Block run;
   Blocking blocking;
+  FewRowsBlock few_rows;
 };
 
 // The widest tile the CPU runs; SHIMKIT_FALLBACK_ISA=portable|avx2 narrows it (read on every call, so a test can
@@ -260,13 +312,15 @@ Kernel kernel() {
   static const bool avx2 = (__builtin_cpu_init(), __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
   const char* asked = std::getenv("SHIMKIT_FALLBACK_ISA");
   const std::string cap = asked == nullptr ? "" : asked;
-  if (cap.empty() && avx512) return {block_avx512, {6, 32, 256, 192, 2048}};
-  if (cap != "portable" && avx2) return {block_avx2, {6, 16, 256, 192, 2048}};
+  if (cap.empty() && avx512) return {block_avx512, {6, 32, 256, 192, 2048}, few_rows_fma};
+  if (cap != "portable" && avx2) return {block_avx2, {6, 16, 256, 192, 2048}, few_rows_fma};
 #endif
-  return {block_portable, {4, 8, 256, 192, 2048}};
+  return {block_portable, {4, 8, 256, 192, 2048}, few_rows_portable};
 }
 
-constexpr double kWorkPerThread = 1 << 20;  // multiply-adds below which another thread costs more than it saves
+constexpr double kWorkPerThread = 1 << 20;
+// Up to this many rows, a transposed right operand is read in place (few_rows_block) rather than packed.
+constexpr int64_t kFewRows = 3;  // multiply-adds below which another thread costs more than it saves
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -314,6 +368,18 @@ void matrix_product(int64_t batch, int64_t m, int64_t k, int64_t n, const Matrix
     return;
   }
   const Kernel chosen = kernel();
+  if (m <= kFewRows && rhs.row_stride == 1 && rhs.column_stride != 1) {
+    constexpr int64_t kColumnsPerItem = 128;
+    const int64_t blocks = ceil_div(n, kColumnsPerItem);
+    parallel_for(batch * blocks, static_cast<double>(m * k * kColumnsPerItem), [&](int64_t begin, int64_t end) {
+      std::vector<float> row(static_cast<std::size_t>(k));
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t b = item / blocks, j0 = (item % blocks) * kColumnsPerItem;
+        chosen.few_rows(m, k, n, lhs, rhs, b, j0, std::min(n, j0 + kColumnsPerItem), row.data(), out + b * m * n);
+      }
+    });
+    return;
+  }
   const Blocking& blocking = chosen.blocking;
   // Work items are (matrix, rows, columns) blocks, split by columns first (each keeps its packed left block) and
   // by rows where the columns are too few for the threads. Each result element belongs to one item, whose tiles
