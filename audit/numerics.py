@@ -31,6 +31,7 @@ import torch
 from torch import fx
 from torch.utils import _pytree as pytree
 
+import shimkit._progress as progress
 from shimkit.passes.meta import finite_bound
 from shimkit.store import EnvironmentFailure
 
@@ -505,9 +506,11 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[...,
     for index, plan in enumerate(size_plans(exported)):
         sizes = {where[symbol][0]: value for symbol, value in plan.items()}
         inputs = inputs_at(exported, examples, plan, generator) if plan else examples
+        at = " at " + ", ".join(f"{name}={value}" for name, value in sizes.items()) if sizes else ""
         with torch.no_grad():
             from_the_start()
             try:
+                progress.stage(f"running eager{at}")
                 expected = pytree.tree_leaves(eager(*inputs))
             except Exception as error:
                 if index == 0:  # at the example's own sizes: the check cannot run at all
@@ -519,6 +522,7 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[...,
             if reference is not None:
                 try:
                     from_the_start()
+                    progress.stage(f"running the float64 reference{at}")
                     references = pytree.tree_leaves(reference(*inputs))
                 except Exception:  # an op without float64 kernels: judged against eager alone
                     reference, report.reference = None, "eager"
@@ -528,6 +532,7 @@ def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[...,
                 if float64_as_float32:
                     leaves = [leaf.float() if isinstance(leaf, torch.Tensor) and leaf.dtype == torch.float64
                               else leaf for leaf in leaves]
+                progress.stage(f"running the lowered program{at}")
                 actual = pytree.tree_leaves(interpreter.run(*leaves))
             except NumericsUnavailable as error:  # the stand-in itself could not run: no verdict
                 report.unavailable = str(error)[:2000]

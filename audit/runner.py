@@ -451,10 +451,9 @@ def _audit_into(audit: ModelAudit, loaded: LoadedModel, config: Any | None, cloc
                         raise NumericsUnavailable(f"the program cannot link without {', '.join(missing)}")
                     assert session is not None  # --execute is refused for targets without a fake device
                     delegates = numerics_check.executed_programs(session.wrapper_sources, delegates, config)
-                progress.stage("running the float64 reference")
+                progress.stage("copying the model to float64")
                 reference = numerics_check.float64_reference(
                     loaded.model if loaded.model is not None else exported_eager)
-                progress.stage("running the program and eager" if executing else "running the graphs and eager")
                 audit.numerics = numerics_check.compare(lowered.exported_program(), delegates, eager, exported,
                                                   tuple(loaded.example_inputs or exported.example_inputs[0]),
                                                   float64_as_float32=bool(audit.precision), reference=reference,

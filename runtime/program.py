@@ -648,6 +648,7 @@ class MetalProgram:
         self.divergences: list[tuple[str, str, str]] = []
         # Kept to load the program afresh (restart): the tensors, not a second copy of their bytes.
         self._constants = constants
+        progress.stage("loading the weights")
         self._update_constants(self._weights_blob(constants))
 
     def _create_container(self) -> None:

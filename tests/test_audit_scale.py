@@ -220,7 +220,8 @@ def test_on_a_terminal_execute_says_what_it_is_doing_and_leaves_nothing_listenin
     assert child.wait(timeout=600) == 0, said
     text = said.decode()
     for stage in ("seed_split_linear: exporting", "seed_split_linear: compiling with Inductor",
-                  "seed_split_linear: building kernels 1 of", "seed_split_linear: running the program and eager"):
+                  "seed_split_linear: building kernels 1 of", "seed_split_linear: loading the weights",
+                  "seed_split_linear: running eager", "seed_split_linear: running the lowered program"):
         assert stage in text, text
     assert "\r\x1b[K[1/1] seed_split_linear ... clean (" in text, text  # the stages' line rewritten
 
