@@ -459,8 +459,17 @@ def float64_reference(model: Callable[..., Any]) -> Callable[..., Any] | None:
 
     if not isinstance(model, torch.nn.Module):
         return None
-    # On the CPU whatever device the model was exported on (a CUDA audit moves it to the GPU).
-    return _Moved(copy.deepcopy(model).to(device="cpu", dtype=torch.float64), CPU, in_float64=True)
+    # Each floating parameter and buffer is copied once, straight to float64 on the CPU (whatever device the model
+    # was exported on: a CUDA audit moves it to the GPU), rather than copied and then converted: a real model's
+    # weights are gigabytes. The memo makes deepcopy take those copies for the tensors (tied weights stay tied).
+    memo: dict[int, Any] = {}
+    for tensor in (*model.parameters(), *model.buffers()):
+        if id(tensor) in memo or not tensor.is_floating_point():
+            continue
+        double = tensor.detach().to(device="cpu", dtype=torch.float64)
+        memo[id(tensor)] = torch.nn.Parameter(double, tensor.requires_grad) if isinstance(tensor, torch.nn.Parameter) \
+            else double
+    return _Moved(copy.deepcopy(model, memo).to(device="cpu", dtype=torch.float64), CPU, in_float64=True)
 
 
 def compare(lowered: torch.export.ExportedProgram, delegates: list[Callable[..., Any]],
@@ -651,15 +660,12 @@ def _compare(sizes: dict[str, int], actual: list[Any], expected: list[Any],
                 check.float64_errors.append(None)
                 check.eager_float64_errors.append(None)
             continue
-        got64, want64 = got.double(), want.double()
-        same_special = (got64.isnan() & want64.isnan()) | (got64 == want64)
-        difference = torch.where(same_special, 0.0, (got64 - want64).abs())
-        error = float(difference.nan_to_num(nan=float("inf")).max())
+        measured = _distances(got, want, reference if want.is_floating_point() else None)
+        error = measured.error
         check.max_errors.append(error)
-        scale = max(1.0, float(want64[want64.isfinite()].abs().max()) if want64.isfinite().any() else 1.0)
         dtype = got.dtype if lowered_precision else want.dtype
-        tolerance = TOLERANCE.get(dtype, 0.0) * scale
-        judged = _against_float64(got64, want64, reference, same_special) if want.is_floating_point() else None
+        tolerance = TOLERANCE.get(dtype, 0.0) * measured.scale
+        judged = measured.against_float64
         if references is not None:
             check.float64_errors.append(None if judged is None else judged[0])
             check.eager_float64_errors.append(None if judged is None else judged[1])
@@ -676,18 +682,51 @@ def _compare(sizes: dict[str, int], actual: list[Any], expected: list[Any],
     return check
 
 
-def _against_float64(got64: torch.Tensor, want64: torch.Tensor, reference: Any,
-                     same_special: torch.Tensor) -> tuple[float, float] | None:
-    """(lowered's, eager's) largest distance to ``reference`` where eager and the reference are finite; a value
-    eager makes special (NaN, an infinity) must be the same special value in the lowered output (infinite
-    distance otherwise). ``None`` where the reference does not decide the output."""
-    if not isinstance(reference, torch.Tensor) or reference.shape != want64.shape or not reference.is_floating_point():
-        return None
-    reference = reference.double()
-    finite = want64.isfinite() & reference.isfinite()
-    if not finite.any():
-        return None
-    lowered = (got64 - reference).abs().where(finite, 0.0).nan_to_num(nan=float("inf"))
-    special_mismatch = bool((~want64.isfinite() & ~same_special).any())
-    return (float("inf") if special_mismatch else float(lowered.max()),
-            float((want64 - reference).abs().where(finite, 0.0).max()))
+@dataclass
+class _Distances:
+    error: float  # the largest distance to eager (equal special values count 0, a NaN elsewhere infinity)
+    scale: float  # max(1, eager's largest finite magnitude)
+    against_float64: tuple[float, float] | None  # (lowered's, eager's) largest distance to the float64 reference
+
+
+# Elements compared at a time: an LLM's logits are hundreds of megabytes in float64, and each comparison step
+# would make a temporary of that size (tens of them, paged in afresh).
+_CHUNK = 1 << 21
+
+
+def _distances(got: torch.Tensor, want: torch.Tensor, reference: Any) -> _Distances:
+    """``got`` against eager's ``want`` and, where ``reference`` is a float64 tensor of their shape, against it:
+    (lowered's, eager's) largest distance to it where eager and the reference are finite, a value eager makes
+    special (NaN, an infinity) having to be the same special value in ``got`` (infinite distance otherwise);
+    ``None`` where the reference does not decide the output (nowhere finite with eager). In float64, a chunk of
+    the flattened tensors at a time."""
+    judged = isinstance(reference, torch.Tensor) and reference.shape == want.shape and reference.is_floating_point()
+    flat_got, flat_want = got.reshape(-1), want.reshape(-1)
+    flat_reference = reference.reshape(-1) if judged else None
+    error, magnitude, any_finite = 0.0, None, False
+    lowered, eager, decided, special_mismatch = 0.0, 0.0, False, False
+    for start in range(0, flat_want.numel(), _CHUNK):
+        got64 = flat_got[start:start + _CHUNK].double()
+        want64 = flat_want[start:start + _CHUNK].double()
+        same_special = (got64.isnan() & want64.isnan()) | (got64 == want64)
+        difference = torch.where(same_special, 0.0, (got64 - want64).abs())
+        error = max(error, float(difference.nan_to_num(nan=float("inf")).max()))
+        finite_want = want64.isfinite()
+        if finite_want.any():
+            any_finite = True
+            largest = float(want64[finite_want].abs().max())
+            magnitude = largest if magnitude is None else max(magnitude, largest)
+        if flat_reference is None:
+            continue
+        reference64 = flat_reference[start:start + _CHUNK].double()
+        finite = finite_want & reference64.isfinite()
+        special_mismatch = special_mismatch or bool((~finite_want & ~same_special).any())
+        if not finite.any():
+            continue
+        decided = True
+        distance = (got64 - reference64).abs().where(finite, 0.0).nan_to_num(nan=float("inf"))
+        lowered = max(lowered, float(distance.max()))
+        eager = max(eager, float((want64 - reference64).abs().where(finite, 0.0).max()))
+    scale = max(1.0, magnitude) if any_finite else 1.0
+    against = (float("inf") if special_mismatch else lowered, eager) if decided else None
+    return _Distances(error, scale, against)

@@ -6,10 +6,12 @@ import json
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.export import Dim, export
 
 from registry_helpers import CLEAN_ENV
-from shimkit.audit import run_audit, to_json
+from shimkit.audit import numerics, run_audit, to_json
 from shimkit.audit.cli import configure_parser, run
 from shimkit.audit.numerics import _compare, size_plans
 from shimkit.audit.options import AuditOptions
@@ -189,6 +191,25 @@ def test_integer_and_empty_outputs_are_judged_against_eager():
     check = _compare({}, [torch.tensor([1, 2]), torch.zeros(0)], [torch.tensor([1, 3]), torch.zeros(0)],
                      references=[torch.tensor([1, 2]), torch.zeros(0, dtype=torch.float64)])
     assert not check.ok and check.float64_errors == [None, None]
+
+
+@given(values=st.lists(st.sampled_from([0.0, 1.5, -2.0, 1e-3, 7.0, float("nan"), float("inf"), -float("inf")]),
+                       min_size=1, max_size=40),
+       noise=st.lists(st.sampled_from([0.0, 1e-4, -3e-3, 0.5, float("nan"), float("inf")]), min_size=40, max_size=40),
+       chunk=st.integers(1, 9), dtype=st.sampled_from([torch.float32, torch.bfloat16]))
+@settings(max_examples=60, deadline=None)
+def test_a_verdict_compared_a_chunk_at_a_time_is_the_whole_tensors_verdict(values, noise, chunk, dtype):
+    """An LLM's logits are compared a chunk at a time (bounded temporaries): every figure and the verdict are
+    those of the whole tensors, special values included wherever they fall."""
+    reference = torch.tensor(values, dtype=torch.float64)
+    eager = reference.to(dtype)
+    lowered = (reference + torch.tensor(noise[:len(values)], dtype=torch.float64)).to(dtype)
+    whole = _one_check(lowered, eager, reference)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(numerics, "_CHUNK", chunk)
+        chunked = _one_check(lowered, eager, reference)
+    assert (chunked.ok, chunked.error, chunked.max_errors, chunked.float64_errors, chunked.eager_float64_errors) == \
+        (whole.ok, whole.error, whole.max_errors, whole.float64_errors, whole.eager_float64_errors)
 
 
 BF16_MODEL = """
