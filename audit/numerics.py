@@ -703,7 +703,7 @@ def _distances(got: torch.Tensor, want: torch.Tensor, reference: Any) -> _Distan
     judged = isinstance(reference, torch.Tensor) and reference.shape == want.shape and reference.is_floating_point()
     flat_got, flat_want = got.reshape(-1), want.reshape(-1)
     flat_reference = reference.reshape(-1) if judged else None
-    error, magnitude, any_finite = 0.0, None, False
+    error, magnitude, any_finite = 0.0, 0.0, False
     lowered, eager, decided, special_mismatch = 0.0, 0.0, False, False
     for start in range(0, flat_want.numel(), _CHUNK):
         got64 = flat_got[start:start + _CHUNK].double()
@@ -714,8 +714,7 @@ def _distances(got: torch.Tensor, want: torch.Tensor, reference: Any) -> _Distan
         finite_want = want64.isfinite()
         if finite_want.any():
             any_finite = True
-            largest = float(want64[finite_want].abs().max())
-            magnitude = largest if magnitude is None else max(magnitude, largest)
+            magnitude = max(magnitude, float(want64[finite_want].abs().max()))
         if flat_reference is None:
             continue
         reference64 = flat_reference[start:start + _CHUNK].double()

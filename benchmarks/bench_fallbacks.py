@@ -14,7 +14,7 @@ them (tests/fallback_helpers.py builds the library), and timed against the eager
 * whisper-tiny's encoder on 10 s of audio (1000 frames): its two convolutions (80 -> 384 and 384 -> 384 channels,
   kernel 3, the second with stride 2), through the runtime's 2-D convolution.
 
-Each row is run on one thread (``torch.set_num_threads(1)``, ``SHIMKIT_FALLBACK_THREADS=1``) and on every core;
+Each row is run on one thread (``torch.set_num_threads(1)``, ``SHIMKIT_CPU_THREADS=1``) and on every core;
 each figure is the median of ``--repeat`` calls after one warm-up. The ratio is fallback / eager (below 1: faster);
 issue 69's bar is 2x on one thread. float32 unless the row says bf16.
 """
@@ -199,7 +199,7 @@ def main() -> None:
         row = []
         for threads in (1, cores):
             torch.set_num_threads(threads)
-            os.environ["SHIMKIT_FALLBACK_THREADS"] = str(threads)
+            os.environ["SHIMKIT_CPU_THREADS"] = str(threads)
             eager_s, fallback_s = timed(eager, args.repeat), timed(fallback, args.repeat)
             row.append((eager_s, fallback_s))
         (e1, f1), (en, fn) = row

@@ -721,12 +721,12 @@ class MetalProgram:
                                    f"{list(constants[key].shape)} {constants[key].dtype} {data.numel()}: not the "
                                    f"tensor it was compiled with")
             slots.append((data, size.value))
-        blob = torch.empty(max(sum(size for _, size in slots), 1), dtype=torch.uint8)  # each byte written once
+        blob = torch.empty(max(sum(padded for _, padded in slots), 1), dtype=torch.uint8)  # each byte written once
         offset = 0
-        for data, size in slots:
+        for data, padded in slots:
             blob[offset:offset + data.numel()].copy_(data)
-            blob[offset + data.numel():offset + size].zero_()
-            offset += size
+            blob[offset + data.numel():offset + padded].zero_()
+            offset += padded
         return blob
 
     def _update_constants(self, blob: torch.Tensor) -> None:

@@ -1,4 +1,4 @@
-"""The fallbacks' matrix product (runtime/native/fallbacks/matrix_product.cpp), behind mm, bmm, addmm, the 4-bit
+"""The SDK's matrix product (csrc/sdk/matrix_product.cpp), behind the Metal runtime's mm, bmm, addmm, the 4-bit
 linear and gather_qmv: every element is the float32 sum over k in order, from 0, of one fused multiply-add per term,
 to the bit, on every instruction set the product is compiled for (AVX-512, AVX2 with FMA, portable std::fma) and on
 any number of threads, at sizes that cross its register tiles and its packed blocks (256 steps of k, 2048 columns).
@@ -69,7 +69,7 @@ def test_mm_is_the_sequential_fused_sum_on_every_instruction_set(m, k, n, dtype,
     for isa in ISAS:
         out = torch.full((m, n), float("nan"), dtype=dtype)
         with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("SHIMKIT_FALLBACK_ISA", isa)
+            patch.setenv("SHIMKIT_CPU_ISA", isa)
             mm(out, a, b)
         assert torch.equal(out, expected), f"{isa or 'widest'}: {(out.double() - expected.double()).abs().max()}"
 
@@ -83,7 +83,7 @@ def test_bmm_is_the_sequential_fused_sum_per_matrix(batch, m, k, n, dtype, seed)
     for isa in ISAS:
         out = torch.empty((batch, m, n), dtype=dtype)
         with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("SHIMKIT_FALLBACK_ISA", isa)
+            patch.setenv("SHIMKIT_CPU_ISA", isa)
             bmm(out, a, b)
         assert torch.equal(out, expected), f"{isa or 'widest'}: {(out.double() - expected.double()).abs().max()}"
 
@@ -94,7 +94,7 @@ def test_threads_and_blocks_never_change_a_bit(monkeypatch):
     a, b = random((200, 300), torch.float32, 1), random((300, 2100), torch.float32, 2)
     expected = sequential_fma_product(a, b)
     for threads in ("1", "3", "8"):
-        monkeypatch.setenv("SHIMKIT_FALLBACK_THREADS", threads)
+        monkeypatch.setenv("SHIMKIT_CPU_THREADS", threads)
         out = torch.empty((200, 2100))
         mm(out, a, b)
         assert torch.equal(out, expected), f"{threads} threads"

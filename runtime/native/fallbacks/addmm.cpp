@@ -4,8 +4,9 @@
 //
 // out = beta * self + alpha * (mat1 @ mat2), computed as upstream's MPSGraph is built (:210-237): the product of
 // mat1 and mat2 in their dtype (its float32 accumulation assumed, as MPS's matrix multiplication does for 16-bit
-// types: matrix_product.h), multiplied by alpha only where alpha != 1, plus self multiplied by beta only where beta != 1, each graph
-// operation rounding once to the dtype, so bfloat16 rounds up to three times where ATen rounds once.
+// types: shimkit/matrix_product.h), multiplied by alpha only where alpha != 1, plus self multiplied by beta only
+// where beta != 1, each graph operation rounding once to the dtype, so bfloat16 rounds up to three times where ATen
+// rounds once.
 //
 // What upstream computes, where it is not what ATen computes (each noted as a divergence, so the verdict says so):
 // - mat1 and self are read through sizes() alone (:66-68, :137, :141-150): memory laid out otherwise is read as a

@@ -2,7 +2,7 @@
 // the same in v1.4.1): aoti_torch_mps_convolution, a cross-correlation with stride, zero padding, dilation and
 // groups, plus an optional bias, for 1-D and 2-D inputs, batched or not, returned as a new contiguous tensor.
 // Accumulates in float32 (assumed of MPSGraph's convolution, whose accumulator Apple does not document: its taps in
-// order, one fused multiply-add each, as matrix_product.h sums) and rounds
+// order, one fused multiply-add each, as shimkit/matrix_product.h sums) and rounds
 // the convolution to the dtype; a bias is a second graph operation (additionWithPrimaryTensor, :335-348) that
 // rounds again, as the addmm stand-in assumes of each MPSGraph operation.
 //
@@ -115,7 +115,7 @@ void direct_group(const Geometry& geo, const float* x, const float* w, int64_t n
   }
 }
 
-// direct_group's sums as matrix products (matrix_product.h: the same order, the same fused terms): the group's
+// direct_group's sums as matrix products (shimkit/matrix_product.h: the same order, the same fused terms): the group's
 // weights [group_out, taps] times the input unfolded into [taps, output positions] (zero at padded taps), a few
 // output lines (one (od, oh) each) at a time so that the unfolded block stays within kUnfoldedFloats.
 void lowered_group(const Geometry& geo, const float* x, const float* w, int64_t n, int64_t g, float* y) {

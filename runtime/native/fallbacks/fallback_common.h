@@ -21,7 +21,7 @@
 #include "shimkit/dtype.h"
 #include "shimkit/status.h"
 #include "shimkit/tensor_view.h"
-#include "matrix_product.h"
+#include "shimkit/matrix_product.h"
 
 namespace shimkit {
 namespace metal_fallbacks {
@@ -139,7 +139,7 @@ inline int64_t offset_of(const std::vector<int64_t>& index, const std::vector<in
   return offset;
 }
 
-// lhs @ rhs as a dense float32 [batch, m, n] (matrix_product.h: the sum over k in order, unfused), for 2-D
+// lhs @ rhs as a dense float32 [batch, m, n] (shimkit/matrix_product.h: the sum over k in order, fused), for 2-D
 // operands of [m, k] and [k, n] (batch 1) or 3-D ones of [batch, m, k] and [batch, k, n], read at their strides
 // (those an upstream op assumes, where read_as_upstream gave them). The result is a copy: an operand may alias
 // the tensor it is stored into.

@@ -2,9 +2,9 @@
 // metal::gather_qmv(x, w, scales, biases, expert_indices, group_size), the mixture-of-experts product
 // y[i] = W[e] @ x[i] with e = expert_indices[i] and W[e][n, k] = scales[e, n, k / group_size] * q + biases[e, n,
 // k / group_size] (MLX's affine 4-bit format: q the unsigned nibble k of w[e, n], low nibble first).
-// Returns a new contiguous [P, N] tensor of x's dtype, accumulated in float32 (matrix_product.h) and rounded once, as the Metal kernel
-// (op_gather_qmv.mm:149-193, pytorch/executorch cff6f4d) does; the Python reference rounds the dequantized weights
-// to the scales' dtype first.
+// Returns a new contiguous [P, N] tensor of x's dtype, accumulated in float32 (shimkit/matrix_product.h) and rounded
+// once, as the Metal kernel (op_gather_qmv.mm:149-193, pytorch/executorch cff6f4d) does; the Python reference rounds
+// the dequantized weights to the scales' dtype first.
 //
 // What upstream reads (each noted as a divergence where an operand's strides say otherwise): every operand through
 // sizes() alone, as a dense buffer from its data pointer: x as [P, K] (:168), w, scales and biases as [E, N, ...] with
@@ -122,7 +122,9 @@ Status gather_qmv(AtenTensorHandle x_handle, AtenTensorHandle w_handle, AtenTens
         for (int64_t group = 0; group < groups; ++group) {
           const int64_t g = row * groups + group;
           float values[16];  // a group's 16 possible weights
-          for (int code = 0; code < 16; ++code) values[code] = scales.load(g) * static_cast<float>(code) + biases.load(g);
+          for (int code = 0; code < 16; ++code) {
+            values[code] = scales.load(g) * static_cast<float>(code) + biases.load(g);
+          }
           unpack_nibbles(packed + row * (k / 2) + group * (group_size / 2), group_size / 2, values,
                          weights.data() + j * k + group * group_size);
         }

@@ -3,7 +3,7 @@
 // W[n, k] = S[n, k / group_size] * q[n, k] + Z[n, k / group_size] (torchao's "zeros" are added after
 // scaling: quant_api stores them as -zero_point * scale), q[n, k] the unsigned nibble k of row n of B
 // [N, K/2] (low nibble first, as the Metal kernels unpack it). Returns a new contiguous [M, N] tensor of A's dtype,
-// accumulated in float32 (matrix_product.h: k in order, a fused multiply-add per term) and rounded once, as
+// accumulated in float32 (shimkit/matrix_product.h: k in order, a fused multiply-add per term) and rounded once, as
 // op_linear_4bit.mm (pytorch/executorch cff6f4d) computes it: M == 1 runs qmv, whose dot products are float32
 // throughout (:560-599); M > 1 runs affine_qmm_t, which dequantizes each weight into a threadgroup tile of A's dtype
 // first (:995-1003, :1542-1543): for bfloat16 it rounds S * q and then the sum with Z to bfloat16 before the float32

@@ -1,7 +1,7 @@
 // Stands in for the Metal runtime's op_mm.mm and op_bmm.mm (pytorch/executorch cff6f4d): aoti_torch_mps_mm_out and
 // aoti_torch_mps_bmm_out write out = self @ mat2 (batched for bmm), accumulated in float32 (assumed of MPSGraph's
-// matrix multiplication, as for addmm; matrix_product.h: k in order, a fused multiply-add per term) and rounded once to
-// the operands' dtype.
+// matrix multiplication, as for addmm; shimkit/matrix_product.h: k in order, a fused multiply-add per term) and
+// rounded once to the operands' dtype.
 //
 // What upstream's mm computes, where it is not what ATen computes (line numbers: op_mm.mm at cff6f4d; each noted as
 // a divergence, so the verdict says so):

@@ -1,5 +1,6 @@
-// The matrix product every product-shaped fallback runs (mm, bmm, addmm, the 4-bit linear, gather_qmv), blocked
-// and vectorised, and the threads it runs on.
+// The SDK's matrix product, blocked and vectorised, and the threads it runs on: what the Linux Metal runtime's
+// product-shaped fallbacks (mm, bmm, addmm, the 4-bit linear, gather_qmv, the convolution) and kernels such as the
+// addmm plugin's reference run.
 //
 // Each element of a product is summed over k in order, from 0.0f, one float32 fused multiply-add per term (as the
 // GPU's matrix multiply-accumulate computes a term), with the vectors running across the result's columns. So the
@@ -12,7 +13,6 @@
 #include "shimkit/dtype.h"
 
 namespace shimkit {
-namespace metal_fallbacks {
 
 // A batch of [rows, columns] matrices of float32, bfloat16 or float16 elements, at any strides (in elements).
 struct MatrixOperand {
@@ -28,14 +28,13 @@ struct MatrixOperand {
 void matrix_product(int64_t batch, int64_t m, int64_t k, int64_t n, const MatrixOperand& lhs,
                     const MatrixOperand& rhs, float* out);
 
-// How many threads the fallbacks use: SHIMKIT_FALLBACK_THREADS when set to a positive number, else the cores
+// How many threads the SDK's CPU work uses: SHIMKIT_CPU_THREADS when set to a positive number, else the cores
 // std::thread reports (as eager torch uses every core).
-int fallback_threads();
+int cpu_threads();
 
-// Runs body(begin, end) over [0, items) in contiguous chunks, on up to fallback_threads() threads when the work
+// Runs body(begin, end) over [0, items) in contiguous chunks, on up to cpu_threads() threads when the work
 // (`work_per_item` times `items`, in multiply-adds) is worth starting them for; the caller's thread takes a share.
 // A body must not depend on which thread runs which chunk; an exception in one is rethrown here.
 void parallel_for(int64_t items, double work_per_item, const std::function<void(int64_t, int64_t)>& body);
 
-}  // namespace metal_fallbacks
 }  // namespace shimkit

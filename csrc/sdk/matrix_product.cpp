@@ -1,4 +1,4 @@
-// The fallbacks' matrix product (matrix_product.h): Goto's blocking (a block of the right operand packed into
+// The SDK's matrix product (shimkit/matrix_product.h): Goto's blocking (a block of the right operand packed into
 // column panels that stay in the L1 cache, a block of the left one packed into row panels in L2) around a register
 // tile of MR rows by NV vectors of columns. The tile keeps MR x NV accumulators in registers and, for each step of
 // k, broadcasts one element of each row and multiplies it into the column vectors: every accumulator lane is one
@@ -7,7 +7,7 @@
 // Each term is one fused multiply-add (rounded once), as a GPU's matrix multiply-accumulate computes. The tile is
 // compiled for AVX-512, for AVX2 with FMA and for any CPU (std::fma), and the widest the CPU runs is chosen:
 // the same operations on every host, so the same bits.
-#include "matrix_product.h"
+#include "shimkit/matrix_product.h"
 
 #pragma GCC diagnostic ignored "-Wpsabi"  // the vector types never cross a call the tile is compiled apart from
 
@@ -26,7 +26,6 @@
 #include <vector>
 
 namespace shimkit {
-namespace metal_fallbacks {
 namespace {
 
 // Element `offset` of a buffer of `kType`, as float.
@@ -304,13 +303,13 @@ struct Kernel {
   FewRowsBlock few_rows;
 };
 
-// The widest tile the CPU runs; SHIMKIT_FALLBACK_ISA=portable|avx2 narrows it (read on every call, so a test can
+// The widest tile the CPU runs; SHIMKIT_CPU_ISA=portable|avx2 narrows it (read on every call, so a test can
 // check that every width gives the same bits).
 Kernel kernel() {
 #if defined(__x86_64__)
   static const bool avx512 = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
   static const bool avx2 = (__builtin_cpu_init(), __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
-  const char* asked = std::getenv("SHIMKIT_FALLBACK_ISA");
+  const char* asked = std::getenv("SHIMKIT_CPU_ISA");
   const std::string cap = asked == nullptr ? "" : asked;
   if (cap.empty() && avx512) return {block_avx512, {6, 32, 256, 192, 2048}, few_rows_fma};
   if (cap != "portable" && avx2) return {block_avx2, {6, 16, 256, 192, 2048}, few_rows_fma};
@@ -326,8 +325,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-int fallback_threads() {
-  if (const char* asked = std::getenv("SHIMKIT_FALLBACK_THREADS")) {
+int cpu_threads() {
+  if (const char* asked = std::getenv("SHIMKIT_CPU_THREADS")) {
     const long value = std::strtol(asked, nullptr, 10);
     if (value > 0) return static_cast<int>(std::min(value, 256L));
   }
@@ -337,7 +336,7 @@ int fallback_threads() {
 void parallel_for(int64_t items, double work_per_item, const std::function<void(int64_t, int64_t)>& body) {
   if (items <= 0) return;
   const int64_t worth = static_cast<int64_t>(work_per_item * static_cast<double>(items) / kWorkPerThread);
-  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>({fallback_threads(), items, worth}));
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>({cpu_threads(), items, worth}));
   if (threads == 1) {
     body(0, items);
     return;
@@ -384,20 +383,24 @@ void matrix_product(int64_t batch, int64_t m, int64_t k, int64_t n, const Matrix
   // Work items are (matrix, rows, columns) blocks, split by columns first (each keeps its packed left block) and
   // by rows where the columns are too few for the threads. Each result element belongs to one item, whose tiles
   // sum all of k for it, so which thread runs an item never changes a bit of the result.
-  const int64_t wanted = 2 * static_cast<int64_t>(fallback_threads());
+  const int64_t wanted = 2 * static_cast<int64_t>(cpu_threads());
   const int64_t column_splits = std::min(ceil_div(n, blocking.nr), std::max<int64_t>(1, ceil_div(wanted, batch)));
   const int64_t columns_per_item = blocking.nr * ceil_div(ceil_div(n, blocking.nr), column_splits);
   const int64_t column_items = ceil_div(n, columns_per_item);
-  const int64_t row_splits = std::min(ceil_div(m, blocking.mr), std::max<int64_t>(1, ceil_div(wanted, batch * column_items)));
+  const int64_t row_splits =
+      std::min(ceil_div(m, blocking.mr), std::max<int64_t>(1, ceil_div(wanted, batch * column_items)));
   const int64_t rows_per_item = blocking.mr * ceil_div(ceil_div(m, blocking.mr), row_splits);
   const int64_t row_items = ceil_div(m, rows_per_item);
   const int64_t items = batch * row_items * column_items;
-  const double work = static_cast<double>(rows_per_item) * static_cast<double>(k) * static_cast<double>(columns_per_item);
+  const double work =
+      static_cast<double>(rows_per_item) * static_cast<double>(k) * static_cast<double>(columns_per_item);
   parallel_for(items, work, [&](int64_t begin, int64_t end) {
     const int64_t kc_max = std::min(blocking.kc, k);
     const int64_t nc_max = std::min(blocking.nc, columns_per_item);
-    std::unique_ptr<float[]> right(new float[static_cast<std::size_t>(kc_max * blocking.nr * ceil_div(nc_max, blocking.nr))]);
-    std::unique_ptr<float[]> left(new float[static_cast<std::size_t>(kc_max * blocking.mr * ceil_div(blocking.mc, blocking.mr))]);
+    const int64_t right_floats = kc_max * blocking.nr * ceil_div(nc_max, blocking.nr);
+    const int64_t left_floats = kc_max * blocking.mr * ceil_div(blocking.mc, blocking.mr);
+    std::unique_ptr<float[]> right(new float[static_cast<std::size_t>(right_floats)]);
+    std::unique_ptr<float[]> left(new float[static_cast<std::size_t>(left_floats)]);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / (row_items * column_items);
       const int64_t i_first = ((item / column_items) % row_items) * rows_per_item;
@@ -421,5 +424,4 @@ void matrix_product(int64_t batch, int64_t m, int64_t k, int64_t n, const Matrix
   });
 }
 
-}  // namespace metal_fallbacks
 }  // namespace shimkit
