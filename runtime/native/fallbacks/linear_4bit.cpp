@@ -92,13 +92,14 @@ Status linear_4bit(AtenTensorHandle a_handle, AtenTensorHandle b_handle, int64_t
   const auto* packed = static_cast<const uint8_t*>(b.view.data);
   // W [N, K] as the kernel upstream dequantizes it, a block of rows at a time (a reused buffer: a real layer's whole
   // weight would be hundreds of megabytes of fresh pages per call), each block's product written into y's columns.
-  constexpr int64_t kRowsPerBlock = 256;
-  const int64_t block_rows = std::min(n, kRowsPerBlock);
+  constexpr int64_t kBlockFloats = 1 << 22;  // 16 MB: large enough that a prompt's rows are packed few times
+  const int64_t rows_per_block = std::max<int64_t>(64, kBlockFloats / std::max<int64_t>(1, k));
+  const int64_t block_rows = std::min(n, rows_per_block);
   std::vector<float> w(static_cast<std::size_t>(block_rows * k)), block(static_cast<std::size_t>(m * block_rows));
   std::vector<float> y(static_cast<std::size_t>(m * n));
   const MatrixOperand x{a.view.data, a.view.dtype, 0, k, 1};
-  for (int64_t first = 0; first < n; first += kRowsPerBlock) {
-    const int64_t rows = std::min(kRowsPerBlock, n - first);
+  for (int64_t first = 0; first < n; first += rows_per_block) {
+    const int64_t rows = std::min(rows_per_block, n - first);
     parallel_for(rows, 2.0 * static_cast<double>(k), [&](int64_t first_row, int64_t last_row) {
       for (int64_t row = first + first_row; row < first + last_row; ++row) {
         for (int64_t group = 0; group < groups; ++group) {
