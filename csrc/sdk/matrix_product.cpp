@@ -11,8 +11,14 @@
 
 #pragma GCC diagnostic ignored "-Wpsabi"  // the vector types never cross a call the tile is compiled apart from
 
-#if defined(__x86_64__)
+// The x86 tiles are GCC's: clang (the Objective-C++ builds here, a Mac) refuses a vector argument in the tile template,
+// which has no target attribute of its own, where GCC inlines it into the block that has one. There, and on any
+// other CPU, the portable tile runs: the same bits, slower.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SHIMKIT_X86_TILES 1
 #include <immintrin.h>
+#else
+#define SHIMKIT_X86_TILES 0
 #endif
 
 #include <algorithm>
@@ -125,7 +131,7 @@ struct PackLeft {
   static void run(Args... args) { pack_left<kType>(args...); }
 };
 
-#if defined(__x86_64__)
+#if SHIMKIT_X86_TILES
 // The vector operations of each instruction set the tile is compiled for. Their target attributes let the
 // flattened blocks below inline them; the tile itself is written once, over `Isa`.
 struct Avx512 {
@@ -229,7 +235,7 @@ inline void block(int64_t kc, int64_t mc, int64_t nc, const float* a, const floa
 
 using Block = void (*)(int64_t, int64_t, int64_t, const float*, const float*, float*, int64_t, bool);
 
-#if defined(__x86_64__)
+#if SHIMKIT_X86_TILES
 // `flatten` inlines the tile and the vector operations into each; the register tiles are 6 x 32 (twelve of
 // AVX-512's 32 registers), 6 x 16 (twelve of AVX2's 16) and 4 x 8.
 __attribute__((target("avx512f"), flatten)) void block_avx512(int64_t kc, int64_t mc, int64_t nc, const float* a,
@@ -282,7 +288,7 @@ struct FewRows {
 using FewRowsBlock = void (*)(int64_t, int64_t, int64_t, const MatrixOperand&, const MatrixOperand&, int64_t,
                               int64_t, int64_t, float*, float*);
 
-#if defined(__x86_64__)
+#if SHIMKIT_X86_TILES
 // Compiled where std::fma is one instruction.
 __attribute__((target("avx2,fma"), flatten)) void few_rows_fma(int64_t m, int64_t k, int64_t n,
                                                                const MatrixOperand& lhs, const MatrixOperand& rhs,
@@ -306,7 +312,7 @@ struct Kernel {
 // The widest tile the CPU runs; SHIMKIT_CPU_ISA=portable|avx2 narrows it (read on every call, so a test can
 // check that every width gives the same bits).
 Kernel kernel() {
-#if defined(__x86_64__)
+#if SHIMKIT_X86_TILES
   static const bool avx512 = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
   static const bool avx2 = (__builtin_cpu_init(), __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
   const char* asked = std::getenv("SHIMKIT_CPU_ISA");

@@ -1,9 +1,8 @@
-// The reference device: CPU-addressable memory, the product through the SDK's matrix product. It is what tests
-// compare against torch.addmm, what runs behind the Linux c-shim symbol, and the semantics the Metal graph must match.
+// The reference device: plain loops over CPU-addressable memory. It is what tests compare against
+// torch.addmm, what runs behind the Linux c-shim symbol, and the semantics the Metal graph must match.
 #include <vector>
 
 #include "addmm_plan.h"
-#include "shimkit/matrix_product.h"
 
 namespace shimkit {
 namespace addmm {
@@ -18,16 +17,21 @@ Status run_reference(const Plan& plan, const Operands& ops) {
   const int64_t m = plan.m, k = plan.k, n = plan.n;
   const DType dtype = plan.dtype;
 
-  // The product is computed into float32 before out is written (accumulation is in float32 for the 16-bit types, as
-  // torch's CPU kernels do, and out may alias an input): the SDK's blocked, vectorised matrix product, each
-  // element summed over k in order with fused multiply-adds.
-  std::vector<float> products, bias;
+  // Every input is converted to float before out is written: accumulation is in float32 for the
+  // 16-bit types (as torch's CPU kernels do), and out may alias an input.
+  std::vector<float> lhs, rhs_t, bias;
   if (plan.uses_product) {
+    lhs.resize(static_cast<std::size_t>(m * k));
+    rhs_t.resize(static_cast<std::size_t>(n * k));
     const TensorView& a = ops.mat1;
     const TensorView& b = ops.mat2;
-    products.resize(static_cast<std::size_t>(m * n));
-    matrix_product(1, m, k, n, MatrixOperand{a.data, dtype, 0, a.strides[0], a.strides[1]},
-                   MatrixOperand{b.data, dtype, 0, b.strides[0], b.strides[1]}, products.data());
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; ++p)
+        lhs[i * k + p] = load_float(a.data, dtype, i * a.strides[0] + p * a.strides[1]);
+    // mat2 transposed so both dot-product operands are read with unit stride.
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p)
+        rhs_t[j * k + p] = load_float(b.data, dtype, p * b.strides[0] + j * b.strides[1]);
   }
   const TensorView self = unbroadcast(plan.self_expanded);
   const int64_t bias_rows = self.sizes[0], bias_cols = self.sizes[1];
@@ -45,7 +49,13 @@ Status run_reference(const Plan& plan, const Operands& ops) {
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       float value = 0.0f;
-      if (plan.uses_product) value = alpha * products[i * n + j];
+      if (plan.uses_product) {
+        const float* row = &lhs[i * k];
+        const float* col = &rhs_t[j * k];
+        float acc = 0.0f;
+        for (int64_t p = 0; p < k; ++p) acc += row[p] * col[p];
+        value = alpha * acc;
+      }
       if (plan.uses_self) {
         value += beta * bias[(bias_rows == 1 ? 0 : i) * bias_cols + (bias_cols == 1 ? 0 : j)];
       }
